@@ -1,0 +1,130 @@
+//! Project automation: `cargo xtask test | test-gpu | bench [NAME...] | ci`.
+//!
+//! `test` runs the workspace tests (the README's test command calls it),
+//! `ci` runs what `.ci/run` runs (format, lints, docs, tests, the CUDA build),
+//! `bench` builds in release mode and prints one JSON object per line (see
+//! `shared/BENCH.md`), `test-gpu` runs the CUDA conformance suite and GPU
+//! benchmarks on a machine with a driver.
+
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (task, rest) = match args.split_first() {
+        Some((task, rest)) => (task.as_str(), rest.to_vec()),
+        None => ("help", Vec::new()),
+    };
+    let result = match task {
+        "test" => test(),
+        "ci" => ci(),
+        "bench" => bench(&rest),
+        "test-gpu" => test_gpu(),
+        _ => {
+            eprintln!("usage: cargo xtask test | test-gpu | bench [NAME...] | ci");
+            return ExitCode::from(if task == "help" { 0 } else { 2 });
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask {task}: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run `cargo` with `args`, failing with the command line on a non-zero exit.
+fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    eprintln!("$ cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("`cargo {}` failed ({status})", args.join(" ")))
+    }
+}
+
+fn test() -> Result<(), String> {
+    cargo(&["test", "--workspace", "--all-targets"], &[])?;
+    cargo(&["test", "--workspace", "--doc"], &[])
+}
+
+fn ci() -> Result<(), String> {
+    cargo(&["fmt", "--all", "--check"], &[])?;
+    cargo(
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
+    cargo(
+        &["doc", "--workspace", "--no-deps"],
+        &[("RUSTDOCFLAGS", "-D warnings")],
+    )?;
+    test()?;
+    // The GPU path must never stop compiling, even on a machine without one.
+    cargo(
+        &["build", "--workspace", "--features", "nitro-graph/cuda"],
+        &[],
+    )?;
+    cargo(
+        &["test", "--package", "nitro-device", "--features", "cuda"],
+        &[],
+    )
+}
+
+fn bench(names: &[String]) -> Result<(), String> {
+    let mut args = vec![
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        "nitro-run",
+        "--example",
+        "bench",
+        "--",
+    ];
+    args.extend(names.iter().map(String::as_str));
+    cargo(&args, &[])
+}
+
+fn test_gpu() -> Result<(), String> {
+    cargo(
+        &[
+            "test",
+            "--workspace",
+            "--features",
+            "nitro-run/cuda",
+            "--",
+            "--nocapture",
+            "cuda",
+        ],
+        &[],
+    )?;
+    cargo(
+        &[
+            "run",
+            "--release",
+            "--quiet",
+            "--package",
+            "nitro-run",
+            "--features",
+            "cuda",
+            "--example",
+            "bench",
+            "--",
+            "--device",
+            "cuda",
+        ],
+        &[],
+    )
+}
