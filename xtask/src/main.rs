@@ -82,19 +82,38 @@ fn ci() -> Result<(), String> {
     )
 }
 
+/// Every crate with benchmarks has an `examples/bench.rs` that prints the
+/// JSON lines of its benches (all of them, or those named on its command line).
+const BENCH_PACKAGES: [&str; 5] = [
+    "nitro-graph",
+    "nitro-cache",
+    "nitro-data",
+    "nitro-ckpt",
+    "nitro-run",
+];
+
 fn bench(names: &[String]) -> Result<(), String> {
-    let mut args = vec![
-        "run",
-        "--release",
-        "--quiet",
-        "--package",
-        "nitro-run",
-        "--example",
-        "bench",
-        "--",
-    ];
-    args.extend(names.iter().map(String::as_str));
-    cargo(&args, &[])
+    for package in BENCH_PACKAGES {
+        if !std::path::Path::new(package)
+            .join("examples/bench.rs")
+            .exists()
+        {
+            continue;
+        }
+        let mut args = vec![
+            "run",
+            "--release",
+            "--quiet",
+            "--package",
+            package,
+            "--example",
+            "bench",
+            "--",
+        ];
+        args.extend(names.iter().map(String::as_str));
+        cargo(&args, &[])?;
+    }
+    Ok(())
 }
 
 fn test_gpu() -> Result<(), String> {
