@@ -1,4 +1,97 @@
-//! nitro-ckpt: one-file CBOR checkpoints with checksums, atomic writes, rotation and safe decoding.
+//! nitro-ckpt: one-file CBOR checkpoints with checksums, atomic writes,
+//! rotation and safe decoding.
 //!
-//! This crate is a documented skeleton; its issue fills it in.
+//! **Owns:** the file format ([`save`], [`load`], lazy [`Reader`]), the
+//! run-state record ([`Checkpoint`], [`Metadata`]), a rotating directory of
+//! checkpoints ([`Store`], [`AsyncSaver`]) and fingerprint comparison
+//! ([`compare_fingerprint`]).
+//! **Does not own:** what goes into a checkpoint (nitro-run decides), device
+//! transfers (tensors arrive as host bytes), or any notion of experiments.
+//!
+//! # File layout (version 2)
+//!
+//! ```text
+//!  offset 0                                                    file end
+//!  ┌──────────────┬──────────────────────────────┬───────────┬──────────┐
+//!  │ header (16)  │ data section                 │ index     │ footer   │
+//!  │              │                              │ (CBOR)    │ (56)     │
+//!  └──────────────┴──────────────────────────────┴───────────┴──────────┘
+//!
+//!  header:  "NITROCKP" | version u32 LE | flags u32 LE (0)
+//!  data:    one CBOR byte string per tensor, back to back:
+//!           [head: major type 2 + length][raw little-endian bytes] ...
+//!  index:   CBOR map { meta: Metadata,
+//!                      trees: { "params": [ {path, dtype, shape,
+//!                                            offset, len, blake3}, ...],
+//!                               ... } }
+//!  footer:  index offset u64 LE | index len u64 LE
+//!           | blake3(header ‖ index) (32) | "NCKPEND\0"
+//! ```
+//!
+//! Why this shape:
+//! - Tensors stream from the caller's buffers to the file in one pass and
+//!   are hashed on the way; the index, written last, holds their offsets and
+//!   digests, so no size has to be known in advance.
+//! - A file cut short lacks the end marker and is refused at once; the index
+//!   checksum covers all metadata and (through the per-tensor digests) every
+//!   tensor byte, and each tensor can be verified alone when read lazily.
+//! - Tensor regions must tile the data section exactly, so no byte of the
+//!   file escapes a checksum or a structural check.
+//! - Every length is checked against the file size before allocation, the
+//!   index is capped at [`format::MAX_INDEX_BYTES`] and CBOR nesting at
+//!   [`format::MAX_DEPTH`]: a hostile file gives an [`Error`], not a panic.
+//! - Version 1 (a flat `tree/path` tensor list and no preset, schedule or
+//!   user fields) is still read and migrated; see [`format::OLDEST_READABLE`].
+//!
+//! # Example
+//!
+//! ```
+//! use nitro_ckpt::{load, save, Checkpoint, Metadata, Reader, TensorEntry};
+//!
+//! # fn main() -> Result<(), nitro_ckpt::Error> {
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("step-100.nckpt");
+//!
+//! let mut ckpt = Checkpoint::new(Metadata {
+//!     experiment: "DigitsMlp".into(),
+//!     step: 100,
+//!     ..Metadata::default()
+//! });
+//! ckpt.push("params", TensorEntry::from_f32("dense1.weight", vec![2, 2], &[1.0, 2.0, 3.0, 4.0])?);
+//! ckpt.push("opt_state", TensorEntry::from_i64("count", vec![], &[100])?);
+//! save(&path, &ckpt)?;
+//!
+//! assert_eq!(load(&path)?, ckpt);
+//!
+//! // Or lazily, one tensor at a time:
+//! let mut reader = Reader::open(&path)?;
+//! assert_eq!(reader.meta().step, 100);
+//! assert_eq!(reader.tensor("params/dense1.weight")?.to_f32()?, vec![1.0, 2.0, 3.0, 4.0]);
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
+
+mod atomic;
+mod blob;
+mod checkpoint;
+mod dtype;
+mod error;
+mod fingerprint;
+pub mod format;
+mod hash;
+mod meta;
+mod rotation;
+mod save;
+mod store;
+mod tensor;
+
+pub use checkpoint::Checkpoint;
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub use fingerprint::{compare_fingerprint, Difference};
+pub use format::read::{decode, load, Reader, TensorInfo};
+pub use meta::{ConfigValue, Metadata, MetricsRow, Value};
+pub use rotation::{BestBy, Goal};
+pub use save::{encode, save};
+pub use store::{Store, StoreConfig, StoredCheckpoint};
+pub use tensor::TensorEntry;

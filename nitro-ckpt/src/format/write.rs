@@ -1,0 +1,70 @@
+//! The streaming writer: header, tensor byte strings straight from the
+//! caller's buffers (hashed on the way), then the index and footer. One pass
+//! over the tensor bytes; nothing is copied.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+use super::cbor_head::bstr_head;
+use super::index::{EntryRecord, IndexV2Ref};
+use super::{END_MAGIC, HEADER_LEN, MAGIC, VERSION};
+use crate::{Checkpoint, Metadata};
+
+/// Writes `ckpt` (already validated) in the current format version.
+pub(crate) fn write_checkpoint<W: Write>(w: &mut W, ckpt: &Checkpoint) -> io::Result<()> {
+    write_with_index(w, ckpt, VERSION, |meta, trees| {
+        to_cbor(&IndexV2Ref { meta, trees })
+    })
+}
+
+/// Writes header, data section, the index `make_index` renders from the
+/// tensor table, and the footer.
+pub(crate) fn write_with_index<W: Write>(
+    w: &mut W,
+    ckpt: &Checkpoint,
+    version: u32,
+    make_index: impl FnOnce(&Metadata, &BTreeMap<String, Vec<EntryRecord>>) -> io::Result<Vec<u8>>,
+) -> io::Result<()> {
+    let mut header = [0u8; HEADER_LEN as usize];
+    header[..8].copy_from_slice(&MAGIC);
+    header[8..12].copy_from_slice(&version.to_le_bytes());
+    w.write_all(&header)?;
+
+    let mut offset = HEADER_LEN;
+    let mut table: BTreeMap<String, Vec<EntryRecord>> = BTreeMap::new();
+    for (tree, tensors) in &ckpt.trees {
+        let records = table.entry(tree.clone()).or_default();
+        for t in tensors {
+            let len = t.bytes.len() as u64;
+            let (head, n) = bstr_head(len);
+            w.write_all(&head[..n])?;
+            w.write_all(&t.bytes)?;
+            records.push(EntryRecord {
+                path: t.path.clone(),
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                offset,
+                len,
+                blake3: crate::hash::digest(&t.bytes).to_vec(),
+            });
+            offset += n as u64 + len;
+        }
+    }
+
+    let index = make_index(&ckpt.meta, &table)?;
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&header);
+    hasher.update(&index);
+    w.write_all(&index)?;
+    w.write_all(&offset.to_le_bytes())?;
+    w.write_all(&(index.len() as u64).to_le_bytes())?;
+    w.write_all(hasher.finalize().as_bytes())?;
+    w.write_all(&END_MAGIC)?;
+    Ok(())
+}
+
+pub(crate) fn to_cbor<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    ciborium::ser::into_writer(value, &mut out).map_err(io::Error::other)?;
+    Ok(out)
+}
