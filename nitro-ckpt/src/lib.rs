@@ -82,6 +82,7 @@ mod hash;
 mod meta;
 mod rotation;
 mod save;
+mod saver;
 mod store;
 mod tensor;
 
@@ -93,5 +94,6 @@ pub use format::read::{decode, load, Reader, TensorInfo};
 pub use meta::{ConfigValue, Metadata, MetricsRow, Value};
 pub use rotation::{BestBy, Goal};
 pub use save::{encode, save};
+pub use saver::AsyncSaver;
 pub use store::{Store, StoreConfig, StoredCheckpoint};
 pub use tensor::TensorEntry;

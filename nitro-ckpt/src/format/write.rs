@@ -68,3 +68,33 @@ pub(crate) fn to_cbor<T: serde::Serialize>(value: &T) -> io::Result<Vec<u8>> {
     ciborium::ser::into_writer(value, &mut out).map_err(io::Error::other)?;
     Ok(out)
 }
+
+/// Writes `ckpt` in the version 1 layout, to prove the reader still takes it.
+#[cfg(test)]
+pub(crate) fn write_v1<W: Write>(w: &mut W, ckpt: &Checkpoint) -> io::Result<()> {
+    use super::index::{IndexV1, MetadataV1};
+    write_with_index(w, ckpt, 1, |m, trees| {
+        let meta = MetadataV1 {
+            experiment: m.experiment.clone(),
+            config: m.config.clone(),
+            fingerprint: m.fingerprint.clone(),
+            step: m.step,
+            epoch: m.epoch,
+            position_in_epoch: m.position_in_epoch,
+            data_seed: m.data_seed,
+            rng_states: m.rng_states.clone(),
+            metrics_history: m.metrics_history.clone(),
+            wall_time_s: m.wall_time_s,
+        };
+        let tensors = trees
+            .iter()
+            .flat_map(|(tree, es)| {
+                es.iter().map(move |e| EntryRecord {
+                    path: format!("{tree}/{}", e.path),
+                    ..e.clone()
+                })
+            })
+            .collect();
+        to_cbor(&IndexV1 { meta, tensors })
+    })
+}
