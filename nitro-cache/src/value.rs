@@ -320,6 +320,7 @@ impl fmt::Display for Value {
                 b.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
             }
             Value::Seq(items) => write_list(f, "[", items, "]"),
+            Value::Tuple(items) if items.len() == 1 => write!(f, "({},)", items[0]),
             Value::Tuple(items) => write_list(f, "(", items, ")"),
             Value::TupleStruct(name, items) => write_list(f, &format!("{name}("), items, ")"),
             Value::Struct(name, fields) => write_fields(f, name, fields),
