@@ -421,7 +421,10 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
         );
         if table.stats.live > threshold && !table.stats.pileup_warned {
             table.stats.pileup_warned = true;
-            pileup_keys = Some(table.ready().map(|e| e.key.clone()).collect::<Vec<_>>());
+            let mut live: Vec<(u64, Key)> =
+                table.ready().map(|e| (e.last_used, e.key.clone())).collect();
+            live.sort_by_key(|(tick, _)| *tick);
+            pileup_keys = Some(live.into_iter().map(|(_, key)| key).collect::<Vec<_>>());
         }
         if let Some(token) = owner {
             token.register(self.shared.id, self.weak());
