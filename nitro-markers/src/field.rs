@@ -129,8 +129,13 @@ impl ConfigField for String {
             other => Err(mismatch::<Self>(other)),
         }
     }
+    /// The text as is, unless it is a quoted literal (`"a, b"`), which is
+    /// unquoted so that any string can be given.
     fn parse_text(text: &str) -> Result<Self, ValueError> {
-        Ok(text.to_string())
+        match ConfigValue::parse(text) {
+            Ok(ConfigValue::Str(s)) if text.trim_start().starts_with('"') => Ok(s),
+            _ => Ok(text.to_string()),
+        }
     }
 }
 impl ContentHash for String {}

@@ -63,7 +63,11 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     // The compile view.
     let host_idents: Vec<&Ident> = fields.iter().filter(|f| f.category.is_host()).map(|f| &f.ident).collect();
     let view_fields = fields.iter().map(|f| {
-        let (ident, inner, doc) = (&f.ident, &f.inner, &f.doc);
+        let (ident, inner) = (&f.ident, &f.inner);
+        let doc = match f.doc.as_str() {
+            "" => format!("`{}` ({}).", f.name(), f.category.label()),
+            doc => doc.to_string(),
+        };
         let ty = match f.category {
             Category::GraphConst => quote!(#inner),
             Category::Device => quote!(__NitroT),
@@ -80,7 +84,7 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
             _ => quote!(#ident: #m::StrippedHost::new()),
         }
     });
-    let phantom_ty = quote!(::core::marker::PhantomData<fn() -> (#(#type_params,)*)>);
+    let phantom_ty = quote!(::core::marker::PhantomData<fn() -> (__NitroT, #(#type_params,)*)>);
     let view_params = input.generics.params.iter();
     let view_where = input.generics.where_clause.as_ref();
     let table_doc = table(&fields);
@@ -174,7 +178,7 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         }
 
         #[doc = #view_doc]
-        #[derive(Debug, Clone)]
+        #[derive(Clone)]
         #vis struct #view<#(#view_params,)* __NitroT> #view_where {
             #(#view_fields,)*
             #[doc(hidden)]
