@@ -1,0 +1,214 @@
+//! Reverse-mode autodiff as a graph transform.
+//!
+//! [`Tracer::grad`] walks the recorded graph backwards from a scalar loss and
+//! appends gradient nodes to the *same* graph, so forward, backward and the
+//! optimizer update compile into one program. Only nodes that lie on a path
+//! from a requested input to the loss are differentiated (unused gradients
+//! are never built). Every primitive has exactly one rule in [`vjp`].
+
+use crate::error::{GraphError, Result};
+use crate::ir::{BinaryOp, NodeId, Op, UnaryOp};
+use crate::trace::{Tensor, Tracer};
+use nitro_device::DType;
+use std::collections::HashMap;
+
+impl Tracer {
+    /// Gradients of the scalar `loss` with respect to each of `wrt`, as new
+    /// nodes of this trace. An input the loss does not depend on gets zeros.
+    pub fn grad(&self, loss: &Tensor, wrt: &[&Tensor]) -> Result<Vec<Tensor>> {
+        if let Some(err) = self.error() {
+            return Err(err);
+        }
+        if !self.owns(loss) || wrt.iter().any(|w| !self.owns(w)) {
+            return Err(GraphError::ForeignTensor("grad".into()));
+        }
+        if loss.rank() != 0 || !loss.dtype().is_float() {
+            return Err(GraphError::Grad(format!(
+                "the loss must be a float scalar, got {}; reduce it first (e.g. `.sum_all()` or `mean_all`)",
+                loss.spec()
+            )));
+        }
+        if let Some(w) = wrt.iter().find(|w| !w.dtype().is_float()) {
+            return Err(GraphError::Grad(format!(
+                "cannot differentiate with respect to an integer or bool tensor ({}); only float inputs have gradients",
+                w.spec()
+            )));
+        }
+        let relevant = self.relevant_nodes(loss.id, wrt);
+        let mut adjoint: HashMap<NodeId, Tensor> = HashMap::new();
+        adjoint.insert(loss.id, loss.scalar_like(1.0));
+        for id in (0..=loss.id).rev() {
+            if !relevant[id] {
+                continue;
+            }
+            let Some(g) = adjoint.get(&id).cloned() else { continue };
+            let (op, args, _) = self.node(id);
+            if args.is_empty() {
+                continue;
+            }
+            let arg_t: Vec<Tensor> = args.iter().map(|&a| self.handle(a)).collect();
+            let out = self.handle(id);
+            for (arg, contrib) in args.iter().zip(vjp(&op, &arg_t, &out, &g)) {
+                let Some(contrib) = contrib else { continue };
+                if !relevant[*arg] {
+                    continue;
+                }
+                let sum = match adjoint.remove(arg) {
+                    Some(prev) => &prev + &contrib,
+                    None => contrib,
+                };
+                adjoint.insert(*arg, sum);
+            }
+        }
+        let grads = wrt
+            .iter()
+            .map(|w| adjoint.get(&w.id).cloned().unwrap_or_else(|| w.full_like(0.0)))
+            .collect();
+        match self.error() {
+            Some(err) => Err(err),
+            None => Ok(grads),
+        }
+    }
+
+    /// Nodes that depend on some `wrt` and that `loss` depends on.
+    fn relevant_nodes(&self, loss: NodeId, wrt: &[&Tensor]) -> Vec<bool> {
+        let n = loss + 1;
+        let mut from_wrt = vec![false; n];
+        for w in wrt {
+            if w.id < n {
+                from_wrt[w.id] = true;
+            }
+        }
+        let mut args_of = Vec::with_capacity(n);
+        for id in 0..n {
+            let (_, args, _) = self.node(id);
+            if args.iter().any(|&a| from_wrt[a]) {
+                from_wrt[id] = true;
+            }
+            args_of.push(args);
+        }
+        let mut to_loss = vec![false; n];
+        to_loss[loss] = true;
+        for id in (0..n).rev() {
+            if to_loss[id] {
+                for &a in &args_of[id] {
+                    to_loss[a] = true;
+                }
+            }
+        }
+        (0..n).map(|i| from_wrt[i] && to_loss[i]).collect()
+    }
+}
+
+/// Keep-dims shape of `shape` reduced over `axes`.
+fn keepdims(shape: &[usize], axes: &[usize]) -> Vec<usize> {
+    shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect()
+}
+
+fn mask(cond: &Tensor, dtype: DType) -> Tensor {
+    cond.cast(dtype)
+}
+
+/// The VJP table: given the primitive `op`, its arguments, its output and
+/// the output's adjoint `g`, the adjoint contribution for each argument
+/// (`None` where the argument is not differentiable).
+pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Option<Tensor>> {
+    let x = &args[0];
+    match op {
+        Op::Input { .. } | Op::Fill { .. } | Op::Literal { .. } | Op::Iota { .. } => vec![],
+        Op::RandomUniform { .. } | Op::Compare(_) => vec![None; args.len()],
+        Op::Unary(u) => vec![match u {
+            UnaryOp::Neg => Some(-g),
+            UnaryOp::Exp => Some(g * out),
+            UnaryOp::Log => Some(g / x),
+            UnaryOp::Sqrt => Some(g * 0.5 / out),
+            UnaryOp::Tanh => Some(g * (1.0 - out * out)),
+            UnaryOp::Sigmoid => Some(g * out * (1.0 - out)),
+            UnaryOp::Sin => Some(g * x.cos()),
+            UnaryOp::Cos => Some(-(g * x.sin())),
+            UnaryOp::Abs => Some(g * x.sign()),
+            UnaryOp::Recip => Some(-(g * out * out)),
+            UnaryOp::Sign | UnaryOp::Floor => None,
+        }],
+        Op::Binary(b) => {
+            let y = &args[1];
+            let (ga, gb) = match b {
+                BinaryOp::Add => (g.clone(), g.clone()),
+                BinaryOp::Sub => (g.clone(), -g),
+                BinaryOp::Mul => (g * y, g * x),
+                BinaryOp::Div => (g / y, -(g * out / y)),
+                BinaryOp::Max | BinaryOp::Min => {
+                    // Ties split the gradient evenly, as JAX does.
+                    let wins = if *b == BinaryOp::Max { x.gt(y) } else { x.lt(y) };
+                    let tie = mask(&x.eq_t(y), x.dtype()) * 0.5;
+                    let wa = mask(&wins, x.dtype()) + &tie;
+                    (g * &wa, g * (1.0 - wa))
+                }
+                BinaryOp::Pow => (g * y * x.pow(&(y - 1.0)), g * out * x.log()),
+            };
+            vec![Some(ga), Some(gb)]
+        }
+        Op::Select => {
+            let zero = g.full_like(0.0);
+            vec![None, Some(x.select(g, &zero)), Some(x.select(&zero, g))]
+        }
+        Op::Cast { .. } => vec![x.dtype().is_float().then(|| g.cast(x.dtype()))],
+        Op::ReduceSum { axes } => vec![Some(g.reshape(&keepdims(x.shape(), axes)).broadcast_to(x.shape()))],
+        Op::ReduceMax { axes } => {
+            let kd = keepdims(x.shape(), axes);
+            let hit = mask(&x.eq_t(&out.reshape(&kd).broadcast_to(x.shape())), x.dtype());
+            let count = hit.sum(axes).reshape(&kd);
+            vec![Some(g.reshape(&kd) * hit / count)]
+        }
+        Op::Reshape { .. } => vec![Some(g.reshape(x.shape()))],
+        Op::Permute { perm } => {
+            let mut inverse = vec![0; perm.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                inverse[p] = i;
+            }
+            vec![Some(g.permute(&inverse))]
+        }
+        Op::Broadcast { shape } => {
+            let axes: Vec<usize> = (0..shape.len()).filter(|&i| x.shape()[i] != shape[i]).collect();
+            vec![Some(g.sum(&axes).reshape(x.shape()))]
+        }
+        Op::Slice { start, stride, .. } => {
+            let r = x.rank();
+            let lens = out.shape();
+            let hi: Vec<usize> = (0..r)
+                .map(|i| {
+                    let used = if lens[i] == 0 { start[i] } else { start[i] + (lens[i] - 1) * stride[i] + 1 };
+                    x.shape()[i] - used
+                })
+                .collect();
+            let interior: Vec<usize> = stride.iter().map(|s| s - 1).collect();
+            let op = Op::Pad { lo: start.clone(), hi, interior, value: 0.0 };
+            vec![Some(g.tracer().record(op, &[g], g.dtype()))]
+        }
+        Op::Pad { lo, interior, .. } => {
+            let r = x.rank();
+            let end: Vec<usize> =
+                (0..r).map(|i| lo[i] + x.shape()[i].saturating_sub(1) * (interior[i] + 1) + 1.min(x.shape()[i])).collect();
+            let stride: Vec<usize> = interior.iter().map(|s| s + 1).collect();
+            vec![Some(g.slice(lo, &end, &stride))]
+        }
+        Op::Concat { axis } => {
+            let mut offset = 0;
+            args.iter()
+                .map(|a| {
+                    let len = a.shape()[*axis];
+                    offset += len;
+                    Some(g.narrow(*axis, offset - len, offset))
+                })
+                .collect()
+        }
+        Op::Take => vec![Some(g.scatter_add(&args[1], x.shape()[0])), None],
+        Op::ScatterAdd { .. } => vec![Some(g.take(&args[1])), None],
+        Op::MatMul { ta, tb } => {
+            let (a, b) = (x, &args[1]);
+            let ga = if *ta { b.matmul_t(g, *tb, true) } else { g.matmul_t(b, false, !*tb) };
+            let gb = if *tb { g.matmul_t(a, true, *ta) } else { a.matmul_t(g, !*ta, false) };
+            vec![Some(ga), Some(gb)]
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The CPU backend: runs a scheduled, planned graph on host buffers.
+//!
+//! Fused elementwise groups run as chunked register loops ([`fused`]),
+//! matmuls through the `gemm` crate ([`matmul`]), reductions and data
+//! movement through a few strided kernels ([`reduce`], [`movement`]). The
+//! workspace (every intermediate buffer of the memory plan) is allocated on
+//! the first call and reused by every later one.
+
+mod fused;
+mod matmul;
+mod movement;
+mod raw;
+mod reduce;
+
+pub use fused::{uniform, FusedKernel};
+
+use crate::exec::Array;
+use crate::fusion::{strides_of, Kernel, Schedule};
+use crate::ir::{Graph, NodeId, Op};
+use crate::plan::{MemoryPlan, Storage};
+use nitro_device::HostBuffer;
+use raw::Raw;
+use reduce::Reduction;
+use std::sync::Mutex;
+
+enum CpuKernel {
+    Fused(FusedKernel),
+    Single(NodeId),
+}
+
+struct Workspace {
+    slots: Vec<HostBuffer>,
+    literals: Vec<HostBuffer>,
+}
+
+/// A program lowered for the CPU.
+pub struct CpuExecutable {
+    kernels: Vec<CpuKernel>,
+    workspace: Mutex<Option<Workspace>>,
+}
+
+impl CpuExecutable {
+    /// Lower a scheduled graph.
+    pub fn new(graph: &Graph, schedule: &Schedule) -> CpuExecutable {
+        let kernels = schedule
+            .kernels
+            .iter()
+            .map(|k| match k {
+                Kernel::Fused(g) => CpuKernel::Fused(FusedKernel::new(graph, g)),
+                Kernel::Single(n) => CpuKernel::Single(*n),
+            })
+            .collect();
+        CpuExecutable { kernels, workspace: Mutex::new(None) }
+    }
+
+    /// One line per kernel, for listings.
+    pub fn describe(&self, graph: &Graph) -> Vec<String> {
+        self.kernels
+            .iter()
+            .map(|k| match k {
+                CpuKernel::Fused(f) => format!(
+                    "fused[{} instrs] reads {:?} writes {:?}",
+                    f.instr_count(),
+                    f.inputs.iter().map(|n| format!("%{n}")).collect::<Vec<_>>(),
+                    f.outputs.iter().map(|n| format!("%{n}")).collect::<Vec<_>>()
+                ),
+                CpuKernel::Single(n) => format!("{} -> %{n}: {}", graph.nodes[*n].op.name(), graph.nodes[*n].spec),
+            })
+            .collect()
+    }
+
+    fn new_workspace(graph: &Graph, plan: &MemoryPlan) -> Workspace {
+        let slots = plan.slots.iter().map(|&(d, n)| HostBuffer::zeros(d, n)).collect();
+        let literals = plan
+            .literals
+            .iter()
+            .map(|&id| {
+                let Op::Literal { values, .. } = &graph.nodes[id].op else { unreachable!("literal") };
+                HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype)
+            })
+            .collect();
+        Workspace { slots, literals }
+    }
+
+    /// Run with `inputs` (already checked against the signature); donated
+    /// outputs are written into their inputs, the rest are returned.
+    pub fn run(&self, graph: &Graph, plan: &MemoryPlan, inputs: &mut [Array]) -> Vec<Array> {
+        let mut guard = self.workspace.try_lock().ok();
+        let mut ws = match guard.as_mut().and_then(|g| g.take()) {
+            Some(ws) => ws,
+            None => Self::new_workspace(graph, plan),
+        };
+        let outputs = self.run_in(graph, plan, inputs, &mut ws);
+        if let Some(g) = guard.as_mut() {
+            **g = Some(ws);
+        }
+        outputs
+    }
+
+    fn run_in(&self, graph: &Graph, plan: &MemoryPlan, inputs: &mut [Array], ws: &mut Workspace) -> Vec<Array> {
+        {
+            let input_raw: Vec<Raw> = inputs.iter_mut().map(|a| Raw::of(a.data_mut())).collect();
+            let slot_raw: Vec<Raw> = ws.slots.iter_mut().map(Raw::of).collect();
+            let lit_raw: Vec<Raw> = ws.literals.iter_mut().map(Raw::of).collect();
+            let raw = |n: NodeId| match plan.storage[n] {
+                Storage::Input(i) => input_raw[i],
+                Storage::Literal(i) => lit_raw[i],
+                Storage::Slot(i) => slot_raw[i],
+                Storage::Virtual => unreachable!("node %{n} read but never stored"),
+            };
+            for kernel in &self.kernels {
+                match kernel {
+                    CpuKernel::Fused(f) => {
+                        let ins: Vec<Raw> = f.inputs.iter().map(|&n| raw(n)).collect();
+                        let outs: Vec<Raw> = f.outputs.iter().map(|&n| raw(n)).collect();
+                        f.run(&ins, &outs);
+                    }
+                    CpuKernel::Single(n) => run_single(graph, *n, &raw),
+                }
+            }
+        }
+        for &(input, output) in &plan.swapped {
+            let node = graph.outputs[output].1;
+            match plan.storage[node] {
+                Storage::Slot(s) => inputs[input].swap_data(&mut ws.slots[s]),
+                other => {
+                    let data = self.read(other, inputs, ws).clone();
+                    *inputs[input].data_mut() = data;
+                }
+            }
+        }
+        let donated: Vec<usize> = plan.in_place.iter().chain(&plan.swapped).map(|&(_, o)| o).collect();
+        graph
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !donated.contains(i))
+            .map(|(_, &(_, node))| {
+                let data = self.read(plan.storage[node], inputs, ws).clone();
+                Array::new(&graph.nodes[node].spec.shape, data).expect("planned buffers match their specs")
+            })
+            .collect()
+    }
+
+    fn read<'a>(&self, storage: Storage, inputs: &'a [Array], ws: &'a Workspace) -> &'a HostBuffer {
+        match storage {
+            Storage::Input(i) => inputs[i].data(),
+            Storage::Literal(i) => &ws.literals[i],
+            Storage::Slot(i) => &ws.slots[i],
+            Storage::Virtual => unreachable!("outputs are always stored"),
+        }
+    }
+}
+
+fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
+    let node = &graph.nodes[n];
+    let out = raw(n);
+    let arg = |i: usize| raw(node.args[i]);
+    let arg_shape = |i: usize| graph.nodes[node.args[i]].spec.shape.as_slice();
+    let shape = node.spec.shape.as_slice();
+    match &node.op {
+        Op::MatMul { ta, tb } => matmul::matmul(arg(0), arg(1), out, arg_shape(0), arg_shape(1), *ta, *tb),
+        Op::ReduceSum { axes } => reduce::reduce(Reduction::Sum, arg(0), out, arg_shape(0), axes),
+        Op::ReduceMax { axes } => reduce::reduce(Reduction::Max, arg(0), out, arg_shape(0), axes),
+        Op::Permute { perm } => {
+            let base = strides_of(arg_shape(0));
+            let strides: Vec<usize> = perm.iter().map(|&p| base[p]).collect();
+            movement::gather(arg(0), out, shape, &strides, 0);
+        }
+        Op::Broadcast { .. } => {
+            let src = arg_shape(0);
+            let base = strides_of(src);
+            let strides: Vec<usize> = (0..src.len()).map(|d| if src[d] == 1 { 0 } else { base[d] }).collect();
+            movement::gather(arg(0), out, shape, &strides, 0);
+        }
+        Op::Slice { start, stride, .. } => {
+            let base = strides_of(arg_shape(0));
+            let strides: Vec<usize> = (0..base.len()).map(|d| base[d] * stride[d]).collect();
+            let offset: usize = (0..base.len()).map(|d| base[d] * start[d]).sum();
+            movement::gather(arg(0), out, shape, &strides, offset);
+        }
+        Op::Pad { lo, interior, value, .. } => {
+            movement::fill(out, *value);
+            let base = strides_of(shape);
+            let strides: Vec<usize> = (0..base.len()).map(|d| base[d] * (interior[d] + 1)).collect();
+            let offset: usize = (0..base.len()).map(|d| base[d] * lo[d]).sum();
+            movement::scatter(arg(0), out, arg_shape(0), &strides, offset);
+        }
+        Op::Concat { axis } => {
+            let base = strides_of(shape);
+            let mut at = 0;
+            for i in 0..node.args.len() {
+                movement::scatter(arg(i), out, arg_shape(i), &base, at * base[*axis]);
+                at += arg_shape(i)[*axis];
+            }
+        }
+        Op::Take => movement::take(arg(0), arg(1), out, arg_shape(0)[0]),
+        Op::ScatterAdd { rows } => movement::scatter_add(arg(0), arg(1), out, *rows),
+        other => unreachable!("{} is not a single kernel", other.name()),
+    }
+}

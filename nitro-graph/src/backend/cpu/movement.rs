@@ -1,0 +1,169 @@
+//! Data movement: one strided gather (permute, broadcast, slice) and one
+//! strided scatter (pad, concat), both dtype-agnostic (elements are moved as
+//! plain words of the dtype's size), plus row take / scatter-add.
+
+use super::raw::Raw;
+use nitro_device::DType;
+use rayon::prelude::*;
+
+const PARALLEL_MIN: usize = 64 * 1024;
+
+/// Decompose flat row `row` over `outer` shape into an offset with `strides`.
+fn row_offset(mut row: usize, outer: &[usize], strides: &[usize]) -> usize {
+    let mut off = 0;
+    for d in (0..outer.len()).rev() {
+        off += (row % outer[d]) * strides[d];
+        row /= outer[d];
+    }
+    off
+}
+
+fn gather_t<T: Copy + Send + Sync>(src: &[T], dst: &mut [T], shape: &[usize], strides: &[usize], offset: usize) {
+    if dst.is_empty() {
+        return;
+    }
+    let r = shape.len();
+    if r == 0 {
+        dst[0] = src[offset];
+        return;
+    }
+    let inner = shape[r - 1];
+    let step = strides[r - 1];
+    let (outer, outer_strides) = (&shape[..r - 1], &strides[..r - 1]);
+    let row = |(i, out): (usize, &mut [T])| {
+        let base = offset + row_offset(i, outer, outer_strides);
+        if step == 1 {
+            out.copy_from_slice(&src[base..base + inner]);
+        } else {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = src[base + j * step];
+            }
+        }
+    };
+    if inner == 0 {
+        return;
+    }
+    if dst.len() >= PARALLEL_MIN {
+        dst.par_chunks_mut(inner).enumerate().for_each(row);
+    } else {
+        dst.chunks_mut(inner).enumerate().for_each(row);
+    }
+}
+
+/// `dst[e] = src[offset + Σ index_d(e) * strides[d]]` over `shape` (= dst's shape).
+pub fn gather(src: Raw, dst: Raw, shape: &[usize], strides: &[usize], offset: usize) {
+    // SAFETY: src and dst are distinct live buffers of the same dtype.
+    unsafe {
+        match dst.dtype.size_of() {
+            1 => gather_t(src.slice::<u8>(), dst.slice_mut::<u8>(), shape, strides, offset),
+            2 => gather_t(src.slice::<u16>(), dst.slice_mut::<u16>(), shape, strides, offset),
+            4 => gather_t(src.slice::<u32>(), dst.slice_mut::<u32>(), shape, strides, offset),
+            _ => gather_t(src.slice::<u64>(), dst.slice_mut::<u64>(), shape, strides, offset),
+        }
+    }
+}
+
+fn scatter_t<T: Copy>(src: &[T], dst: &mut [T], shape: &[usize], strides: &[usize], offset: usize) {
+    let r = shape.len();
+    if src.is_empty() {
+        return;
+    }
+    if r == 0 {
+        dst[offset] = src[0];
+        return;
+    }
+    let inner = shape[r - 1];
+    let step = strides[r - 1];
+    for (i, row) in src.chunks(inner).enumerate() {
+        let base = offset + row_offset(i, &shape[..r - 1], &strides[..r - 1]);
+        if step == 1 {
+            dst[base..base + inner].copy_from_slice(row);
+        } else {
+            for (j, &v) in row.iter().enumerate() {
+                dst[base + j * step] = v;
+            }
+        }
+    }
+}
+
+/// `dst[offset + Σ index_d(e) * strides[d]] = src[e]` over `shape` (= src's shape).
+pub fn scatter(src: Raw, dst: Raw, shape: &[usize], strides: &[usize], offset: usize) {
+    // SAFETY: src and dst are distinct live buffers of the same dtype.
+    unsafe {
+        match dst.dtype.size_of() {
+            1 => scatter_t(src.slice::<u8>(), dst.slice_mut::<u8>(), shape, strides, offset),
+            2 => scatter_t(src.slice::<u16>(), dst.slice_mut::<u16>(), shape, strides, offset),
+            4 => scatter_t(src.slice::<u32>(), dst.slice_mut::<u32>(), shape, strides, offset),
+            _ => scatter_t(src.slice::<u64>(), dst.slice_mut::<u64>(), shape, strides, offset),
+        }
+    }
+}
+
+/// Fill `dst` with `value` converted to its dtype.
+pub fn fill(dst: Raw, value: f64) {
+    // SAFETY: dst is a live buffer of its dtype.
+    unsafe {
+        match dst.dtype {
+            DType::F32 => dst.slice_mut::<f32>().fill(value as f32),
+            DType::F64 => dst.slice_mut::<f64>().fill(value),
+            DType::F16 => dst.slice_mut::<half::f16>().fill(half::f16::from_f64(value)),
+            DType::BF16 => dst.slice_mut::<half::bf16>().fill(half::bf16::from_f64(value)),
+            DType::I32 => dst.slice_mut::<i32>().fill(value as i32),
+            DType::I64 => dst.slice_mut::<i64>().fill(value as i64),
+            DType::U8 => dst.slice_mut::<u8>().fill(value as u8),
+            DType::Bool => dst.slice_mut::<bool>().fill(value != 0.0),
+        }
+    }
+}
+
+/// Read integer indices as usize, clamping into `0..rows` (as XLA does:
+/// an out-of-range index never reads or writes outside the table).
+fn indices(idx: Raw, rows: usize) -> Vec<usize> {
+    let clamp = |i: i64| i.clamp(0, rows.saturating_sub(1) as i64) as usize;
+    // SAFETY: idx is a live integer buffer.
+    unsafe {
+        match idx.dtype {
+            DType::I32 => idx.slice::<i32>().iter().map(|&i| clamp(i as i64)).collect(),
+            _ => idx.slice::<i64>().iter().map(|&i| clamp(i)).collect(),
+        }
+    }
+}
+
+/// `dst[i, ..] = table[idx[i], ..]`.
+pub fn take(table: Raw, idx: Raw, dst: Raw, table_rows: usize) {
+    let row = if table_rows == 0 { 0 } else { table.len / table_rows };
+    if row == 0 {
+        return;
+    }
+    for (i, r) in indices(idx, table_rows).into_iter().enumerate() {
+        gather(table, dst.sub(i * row, row), &[row], &[1], r * row);
+    }
+}
+
+/// `dst = 0; dst[idx[i], ..] += upd[i, ..]` (indices clamped).
+pub fn scatter_add(upd: Raw, idx: Raw, dst: Raw, rows: usize) {
+    fill(dst, 0.0);
+    let n = indices(idx, rows);
+    if n.is_empty() || rows == 0 {
+        return;
+    }
+    let row = upd.len / n.len();
+    macro_rules! add {
+        ($t:ty) => {{
+            // SAFETY: distinct live buffers of dtype $t.
+            let (u, d) = unsafe { (upd.slice::<$t>(), dst.slice_mut::<$t>()) };
+            for (i, &r) in n.iter().enumerate() {
+                for (o, &v) in d[r * row..(r + 1) * row].iter_mut().zip(&u[i * row..(i + 1) * row]) {
+                    *o += v;
+                }
+            }
+        }};
+    }
+    match dst.dtype {
+        DType::F32 => add!(f32),
+        DType::F64 => add!(f64),
+        DType::I32 => add!(i32),
+        DType::I64 => add!(i64),
+        other => unreachable!("scatter_add on {other} is refused at trace time"),
+    }
+}

@@ -1,0 +1,75 @@
+//! Raw views of buffers, so one call can read some buffers while writing
+//! others (and, for donated inputs, write the buffer it reads). The memory
+//! plan guarantees that a kernel's outputs never overlap its inputs except in
+//! that elementwise in-place case, where each chunk is read before written.
+
+use nitro_device::{DType, HostBuffer};
+
+/// A pointer to a buffer's elements, with its dtype and length.
+#[derive(Clone, Copy, Debug)]
+pub struct Raw {
+    ptr: *mut u8,
+    /// Element type.
+    pub dtype: DType,
+    /// Element count.
+    pub len: usize,
+}
+
+// SAFETY: a Raw is only dereferenced inside one program call, while the
+// buffers it points into are exclusively borrowed by that call; disjointness
+// of concurrent writes is guaranteed by the kernels (disjoint index ranges).
+unsafe impl Send for Raw {}
+unsafe impl Sync for Raw {}
+
+impl Raw {
+    /// View of `buf` (derived from a unique borrow, so writes are allowed).
+    pub fn of(buf: &mut HostBuffer) -> Raw {
+        let (ptr, len) = match buf {
+            HostBuffer::F32(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+            HostBuffer::F64(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+            HostBuffer::F16(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+            HostBuffer::BF16(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+            HostBuffer::I32(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+            HostBuffer::I64(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+            HostBuffer::U8(v) => (v.as_mut_ptr(), v.len()),
+            HostBuffer::Bool(v) => (v.as_mut_ptr() as *mut u8, v.len()),
+        };
+        Raw { ptr, dtype: buf.dtype(), len }
+    }
+
+    /// The elements as `&[T]`.
+    ///
+    /// # Safety
+    /// `T` must be the dtype's element type (or a same-size plain type), and
+    /// no write to the same range may happen while the slice lives.
+    pub unsafe fn slice<'a, T>(self) -> &'a [T] {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size_of());
+        // SAFETY: the caller upholds the contract above.
+        unsafe { std::slice::from_raw_parts(self.ptr as *const T, self.len) }
+    }
+
+    /// The elements as `&mut [T]`.
+    ///
+    /// # Safety
+    /// As [`Raw::slice`], and no other slice of the buffer may be alive.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut<'a, T>(self) -> &'a mut [T] {
+        debug_assert_eq!(std::mem::size_of::<T>(), self.dtype.size_of());
+        // SAFETY: the caller upholds the contract above.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) }
+    }
+
+    /// Pointer to element `i` as `*mut T`.
+    pub fn ptr<T>(self) -> *mut T {
+        self.ptr as *mut T
+    }
+}
+
+impl Raw {
+    /// Elements `start..start+len` as their own view.
+    pub fn sub(self, start: usize, len: usize) -> Raw {
+        debug_assert!(start + len <= self.len);
+        let ptr = self.ptr.wrapping_add(start * self.dtype.size_of());
+        Raw { ptr, dtype: self.dtype, len }
+    }
+}

@@ -1,0 +1,3 @@
+//! Kernel backends: `cpu` (always) and `cuda` (feature `cuda`).
+
+pub mod cpu;

@@ -1,0 +1,113 @@
+//! Errors: at trace time (shapes, dtypes, misuse) and at call time (signatures).
+
+use crate::ir::{ShapeFmt, TensorSpec};
+use thiserror::Error;
+
+/// Everything that can go wrong building, compiling or calling a program.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum GraphError {
+    /// Operand shapes an op cannot combine.
+    #[error("shape error in `{op}`: {detail} (shapes {shapes}){hint}", shapes = fmt_shapes(shapes), hint = fmt_hint(hint))]
+    Shape {
+        /// The op that refused.
+        op: String,
+        /// What was wrong.
+        detail: String,
+        /// The offending shapes, in argument order.
+        shapes: Vec<Vec<usize>>,
+        /// How to fix it.
+        hint: String,
+    },
+    /// Operand dtypes an op cannot combine or compute in.
+    #[error("dtype error in `{op}`: {detail}{hint}", hint = fmt_hint(hint))]
+    DType {
+        /// The op that refused.
+        op: String,
+        /// What was wrong.
+        detail: String,
+        /// How to fix it.
+        hint: String,
+    },
+    /// Differentiation misuse (a non-scalar loss, an integer input, ...).
+    #[error("autodiff: {0}")]
+    Grad(String),
+    /// Tensors from two different traces were mixed.
+    #[error("tensor from another trace used in `{0}`: every tensor of a program must come from the same trace")]
+    ForeignTensor(String),
+    /// A program was called with the wrong number of inputs.
+    #[error("program `{program}` takes {expected} inputs ({names}), got {got}")]
+    Arity {
+        /// Program name.
+        program: String,
+        /// Inputs it takes.
+        expected: usize,
+        /// Inputs given.
+        got: usize,
+        /// Their names.
+        names: String,
+    },
+    /// A program was called with an input of another shape or dtype.
+    #[error("program `{program}` input `{input}`: compiled for {expected}, given {given}; compile another program for this signature (the cache does this for you)")]
+    Signature {
+        /// Program name.
+        program: String,
+        /// Input name.
+        input: String,
+        /// Signature it was compiled for.
+        expected: TensorSpec,
+        /// Signature given.
+        given: TensorSpec,
+    },
+    /// An array whose data does not match its declared shape or dtype.
+    #[error("array: {0}")]
+    Array(String),
+    /// A name that does not exist (input, output, parameter path).
+    #[error("unknown {kind} `{name}`; known: {known}")]
+    Unknown {
+        /// What was looked up.
+        kind: &'static str,
+        /// The name given.
+        name: String,
+        /// The names that exist.
+        known: String,
+    },
+    /// A backend cannot run this program here.
+    #[error("backend: {0}")]
+    Backend(String),
+}
+
+fn fmt_shapes(shapes: &[Vec<usize>]) -> String {
+    shapes
+        .iter()
+        .map(|s| ShapeFmt(s).to_string())
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
+fn fmt_hint(hint: &str) -> String {
+    if hint.is_empty() {
+        String::new()
+    } else {
+        format!("; {hint}")
+    }
+}
+
+impl GraphError {
+    /// A shape error for `op` with the offending shapes and a fix.
+    pub fn shape(op: &str, detail: impl Into<String>, shapes: &[&[usize]], hint: &str) -> GraphError {
+        GraphError::Shape {
+            op: op.to_string(),
+            detail: detail.into(),
+            shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            hint: hint.to_string(),
+        }
+    }
+
+    /// A dtype error for `op`.
+    pub fn dtype(op: &str, detail: impl Into<String>, hint: &str) -> GraphError {
+        GraphError::DType { op: op.to_string(), detail: detail.into(), hint: hint.to_string() }
+    }
+}
+
+/// Result with a [`GraphError`].
+pub type Result<T, E = GraphError> = std::result::Result<T, E>;

@@ -1,0 +1,301 @@
+//! Elementwise fusion: partition a graph into kernels.
+//!
+//! Policy, in order of the pass:
+//! - `reshape` is free (an alias of its argument's buffer) and `broadcast`
+//!   is free for elementwise consumers (a strided read of its source);
+//!   `fill` and `iota` are computed inline where they are used.
+//! - Each elementwise node joins the newest group of one of its arguments
+//!   with the same element count, provided every other value it reads is
+//!   ready before that group runs; otherwise it starts a new group. A group
+//!   becomes one loop over chunks of elements, so a chain like
+//!   `m*b1 + g*(1-b1)` or a whole Adam update is one kernel and its
+//!   temporaries never touch memory.
+//! - Every other primitive (matmul, reductions, data movement) is its own
+//!   kernel; its arguments are materialised.
+//! - A group member is stored only if something outside the group reads it.
+//!
+//! Cost: one pass over the nodes with a scan over argument groups, O(nodes).
+
+use crate::ir::{Graph, NodeId, Op};
+
+/// How a fused group reads one value that it does not compute itself.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Access {
+    /// Element `i` of the group reads element `i` of the value.
+    Contiguous,
+    /// Every element reads the value's single element.
+    Scalar,
+    /// Element `i` of the group, decomposed over `shape`, reads the source
+    /// at `sum(index[d] * strides[d])` (stride 0 on broadcast axes).
+    Strided {
+        /// Shape that flat group indices decompose over.
+        shape: Vec<usize>,
+        /// Source stride per axis, in elements.
+        strides: Vec<usize>,
+    },
+}
+
+/// Where an argument of a fused node comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// Computed earlier in the same group.
+    Reg(NodeId),
+    /// A constant computed inline.
+    Fill(f64),
+    /// An iota node computed inline (flat index decomposed over its shape).
+    Iota(NodeId),
+    /// Read from the stored value `node` (through reshapes: its base).
+    Load {
+        /// The stored value read.
+        node: NodeId,
+        /// The read pattern.
+        access: Access,
+    },
+}
+
+/// A group of elementwise nodes evaluated as one loop.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FusedGroup {
+    /// Member nodes in topological order.
+    pub members: Vec<NodeId>,
+    /// Per member, where each of its arguments is read from.
+    pub sources: Vec<Vec<Source>>,
+    /// Members whose values are written to memory.
+    pub stores: Vec<NodeId>,
+    /// Elements per member.
+    pub numel: usize,
+}
+
+/// One unit of execution.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kernel {
+    /// A fused elementwise loop.
+    Fused(FusedGroup),
+    /// One non-elementwise primitive (or a materialised broadcast).
+    Single(NodeId),
+}
+
+/// The kernels of a graph, in execution order, and which nodes are stored.
+#[derive(Clone, Debug, Default)]
+pub struct Schedule {
+    /// Kernels in execution order.
+    pub kernels: Vec<Kernel>,
+    /// Per node: stored in memory (inputs, literals, kernel results, aliases).
+    pub stored: Vec<bool>,
+    /// Per node: the kernel that produces it, if any.
+    pub producer: Vec<Option<usize>>,
+}
+
+const READY: i64 = -1;
+
+struct Fuser<'g> {
+    graph: &'g Graph,
+    group_of: Vec<Option<usize>>,
+    kernel_of: Vec<Option<usize>>,
+    stored: Vec<bool>,
+    prologue: Vec<NodeId>,
+    main: Vec<Kernel>,
+}
+
+/// The value a chain of reshapes/broadcasts over a `fill` reduces to.
+pub fn fill_value(graph: &Graph, mut n: NodeId) -> Option<f64> {
+    loop {
+        match &graph.nodes[n].op {
+            Op::Fill { value, .. } => return Some(*value),
+            Op::Reshape { .. } | Op::Broadcast { .. } => n = graph.nodes[n].args[0],
+            _ => return None,
+        }
+    }
+}
+
+/// Row-major strides of `shape`.
+pub fn strides_of(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+impl<'g> Fuser<'g> {
+    /// Where an elementwise consumer in candidate group `group` reads `a`.
+    fn resolve(&self, a: NodeId, group: Option<usize>) -> Source {
+        let node = &self.graph.nodes[a];
+        if let Some(v) = fill_value(self.graph, a) {
+            return Source::Fill(v);
+        }
+        match &node.op {
+            Op::Iota { .. } => Source::Iota(a),
+            // A reshape keeps the flat order: read whatever it reshapes.
+            Op::Reshape { .. } => self.resolve(node.args[0], group),
+            Op::Broadcast { shape } => {
+                let src = node.args[0];
+                let src_shape = &self.graph.nodes[src].spec.shape;
+                if src_shape.iter().product::<usize>() == 1 {
+                    return Source::Load { node: src, access: Access::Scalar };
+                }
+                let base = strides_of(src_shape);
+                let strides = (0..shape.len()).map(|d| if src_shape[d] == 1 { 0 } else { base[d] }).collect();
+                Source::Load { node: src, access: Access::Strided { shape: shape.clone(), strides } }
+            }
+            _ => match (self.group_of[a], group) {
+                (Some(h), Some(g)) if h == g => Source::Reg(a),
+                _ => Source::Load { node: a, access: Access::Contiguous },
+            },
+        }
+    }
+
+    /// Kernel index after which the stored value `n` is ready, if it were
+    /// stored now (`now` = a kernel still to be created).
+    fn ready_at(&self, n: NodeId) -> i64 {
+        let node = &self.graph.nodes[n];
+        match &node.op {
+            Op::Input { .. } | Op::Literal { .. } | Op::Fill { .. } | Op::Iota { .. } => READY,
+            Op::Reshape { .. } => self.ready_at(node.args[0]),
+            _ => match (self.group_of[n], self.kernel_of[n]) {
+                (Some(g), _) => g as i64,
+                (None, Some(k)) => k as i64,
+                (None, None) => self.main.len() as i64,
+            },
+        }
+    }
+
+    /// Make sure `n` is in memory by the time the next kernel runs.
+    fn ensure_stored(&mut self, n: NodeId) {
+        if self.stored[n] {
+            return;
+        }
+        self.stored[n] = true;
+        let node = &self.graph.nodes[n];
+        match &node.op {
+            Op::Input { .. } | Op::Literal { .. } => {}
+            Op::Fill { .. } | Op::Iota { .. } => self.prologue.push(n),
+            Op::Reshape { .. } => self.ensure_stored(node.args[0]),
+            _ if self.group_of[n].is_some() => {
+                let g = self.group_of[n].expect("checked");
+                if let Kernel::Fused(group) = &mut self.main[g] {
+                    group.stores.push(n);
+                }
+            }
+            _ if self.kernel_of[n].is_some() => {}
+            _ => {
+                // A broadcast (or a fill seen through one) read by a kernel
+                // that needs it in memory: materialise it now.
+                for a in node.args.clone() {
+                    self.ensure_stored(a);
+                }
+                self.kernel_of[n] = Some(self.main.len());
+                self.main.push(Kernel::Single(n));
+            }
+        }
+    }
+
+    fn sources_ready(&self, n: NodeId, group: usize) -> bool {
+        self.graph.nodes[n].args.iter().all(|&a| match self.resolve(a, Some(group)) {
+            Source::Load { node, .. } => self.ready_at(node) < group as i64,
+            _ => true,
+        })
+    }
+
+    fn add_elementwise(&mut self, n: NodeId) {
+        let numel = self.graph.nodes[n].spec.numel();
+        let mut candidates: Vec<usize> = self.graph.nodes[n]
+            .args
+            .iter()
+            .filter_map(|&a| {
+                let mut b = a;
+                while let Op::Reshape { .. } = self.graph.nodes[b].op {
+                    b = self.graph.nodes[b].args[0];
+                }
+                self.group_of[b]
+            })
+            .filter(|&g| matches!(&self.main[g], Kernel::Fused(f) if f.numel == numel))
+            .collect();
+        candidates.sort_unstable_by(|a, b| b.cmp(a));
+        let chosen = candidates.into_iter().find(|&g| self.sources_ready(n, g));
+        let group = match chosen {
+            Some(g) => g,
+            None => {
+                for a in self.graph.nodes[n].args.clone() {
+                    if let Source::Load { node, .. } = self.resolve(a, None) {
+                        self.ensure_stored(node);
+                    }
+                }
+                self.main.push(Kernel::Fused(FusedGroup { numel, ..Default::default() }));
+                self.main.len() - 1
+            }
+        };
+        for a in self.graph.nodes[n].args.clone() {
+            if let Source::Load { node, .. } = self.resolve(a, Some(group)) {
+                self.ensure_stored(node);
+            }
+        }
+        self.group_of[n] = Some(group);
+        if let Kernel::Fused(g) = &mut self.main[group] {
+            g.members.push(n);
+        }
+    }
+}
+
+/// Partition `graph` into kernels.
+pub fn schedule(graph: &Graph) -> Schedule {
+    let n = graph.nodes.len();
+    let mut f = Fuser {
+        graph,
+        group_of: vec![None; n],
+        kernel_of: vec![None; n],
+        stored: vec![false; n],
+        prologue: vec![],
+        main: vec![],
+    };
+    for (id, node) in graph.nodes.iter().enumerate() {
+        match &node.op {
+            Op::Input { .. } | Op::Literal { .. } => f.stored[id] = true,
+            Op::Fill { .. } | Op::Iota { .. } | Op::Reshape { .. } | Op::Broadcast { .. } => {}
+            op if op.is_elementwise() => f.add_elementwise(id),
+            _ => {
+                for a in node.args.clone() {
+                    f.ensure_stored(a);
+                }
+                f.kernel_of[id] = Some(f.main.len());
+                f.main.push(Kernel::Single(id));
+                f.stored[id] = true;
+            }
+        }
+    }
+    for &(_, o) in &graph.outputs {
+        f.ensure_stored(o);
+    }
+    for g in 0..f.main.len() {
+        let Kernel::Fused(group) = &f.main[g] else { continue };
+        let sources = group
+            .members
+            .iter()
+            .map(|&m| graph.nodes[m].args.iter().map(|&a| f.resolve(a, Some(g))).collect())
+            .collect();
+        if let Kernel::Fused(group) = &mut f.main[g] {
+            group.sources = sources;
+        }
+    }
+    let mut kernels: Vec<Kernel> = f
+        .prologue
+        .iter()
+        .map(|&c| {
+            Kernel::Fused(FusedGroup {
+                members: vec![c],
+                sources: vec![vec![]],
+                stores: vec![c],
+                numel: graph.nodes[c].spec.numel(),
+            })
+        })
+        .collect();
+    kernels.extend(f.main);
+    let mut producer = vec![None; n];
+    for (k, kernel) in kernels.iter().enumerate() {
+        match kernel {
+            Kernel::Fused(g) => g.stores.iter().for_each(|&s| producer[s] = Some(k)),
+            Kernel::Single(s) => producer[*s] = Some(k),
+        }
+    }
+    Schedule { kernels, stored: f.stored, producer }
+}

@@ -1,0 +1,146 @@
+//! The IR: a graph of nodes with static shapes and dtypes.
+//!
+//! A [`Graph`] is a list of [`Node`]s in topological order (every node's
+//! arguments come before it), a list of named inputs and a list of named
+//! outputs. Nodes are appended by the tracer and rewritten by passes; nothing
+//! here executes anything.
+
+mod ops;
+mod print;
+
+pub use ops::{infer, BinaryOp, CmpOp, Op, UnaryOp};
+
+use nitro_device::DType;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Index of a node in its graph.
+pub type NodeId = usize;
+
+/// Dtype and shape of a value: the part of a signature a program is compiled for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TensorSpec {
+    /// Element type.
+    pub dtype: DType,
+    /// Dimensions (empty for a scalar).
+    pub shape: Vec<usize>,
+}
+
+impl TensorSpec {
+    /// A spec of `dtype` and `shape`.
+    pub fn new(dtype: DType, shape: &[usize]) -> TensorSpec {
+        TensorSpec { dtype, shape: shape.to_vec() }
+    }
+
+    /// An f32 spec.
+    pub fn f32(shape: &[usize]) -> TensorSpec {
+        TensorSpec::new(DType::F32, shape)
+    }
+
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.numel() * self.dtype.size_of()
+    }
+}
+
+impl fmt::Display for TensorSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.dtype, ShapeFmt(&self.shape))
+    }
+}
+
+/// Prints a shape as `[2,3]`.
+pub struct ShapeFmt<'a>(pub &'a [usize]);
+
+impl fmt::Display for ShapeFmt<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// One operation and the value it produces.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    /// The primitive.
+    pub op: Op,
+    /// Argument nodes, in the order the op expects.
+    pub args: Vec<NodeId>,
+    /// Type of the produced value.
+    pub spec: TensorSpec,
+}
+
+/// A named graph input.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct InputDecl {
+    /// Name (a parameter path, a batch field, a device scalar).
+    pub name: String,
+    /// Its dtype and shape.
+    pub spec: TensorSpec,
+    /// The node that reads it.
+    pub node: NodeId,
+}
+
+/// A dataflow graph: nodes in topological order, named inputs and outputs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Graph {
+    /// All nodes; arguments always precede their users.
+    pub nodes: Vec<Node>,
+    /// Named inputs, in call order.
+    pub inputs: Vec<InputDecl>,
+    /// Named outputs, in return order.
+    pub outputs: Vec<(String, NodeId)>,
+}
+
+impl Graph {
+    /// Append a node whose spec was already inferred; returns its id.
+    pub fn push(&mut self, op: Op, args: Vec<NodeId>, spec: TensorSpec) -> NodeId {
+        self.nodes.push(Node { op, args, spec });
+        self.nodes.len() - 1
+    }
+
+    /// The spec of node `id`.
+    pub fn spec(&self, id: NodeId) -> &TensorSpec {
+        &self.nodes[id].spec
+    }
+
+    /// For each node, how many times it is used (as an argument or an output).
+    pub fn use_counts(&self) -> Vec<usize> {
+        let mut uses = vec![0; self.nodes.len()];
+        for node in &self.nodes {
+            for &a in &node.args {
+                uses[a] += 1;
+            }
+        }
+        for &(_, o) in &self.outputs {
+            uses[o] += 1;
+        }
+        uses
+    }
+
+    /// Signatures of the inputs, in call order.
+    pub fn input_specs(&self) -> Vec<TensorSpec> {
+        self.inputs.iter().map(|i| i.spec.clone()).collect()
+    }
+
+    /// Index of the input called `name`.
+    pub fn input_index(&self, name: &str) -> Option<usize> {
+        self.inputs.iter().position(|i| i.name == name)
+    }
+
+    /// Index of the output called `name`.
+    pub fn output_index(&self, name: &str) -> Option<usize> {
+        self.outputs.iter().position(|(n, _)| n == name)
+    }
+}

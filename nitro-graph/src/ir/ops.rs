@@ -1,0 +1,562 @@
+//! The primitive op set and its shape rule: the one table every op is
+//! declared in. Adding a primitive means one variant here, one arm in
+//! [`infer`], one VJP rule in `autodiff`, one kernel in `backend/cpu` and
+//! one in the CUDA codegen.
+//!
+//! Everything else (relu, softmax, conv2d, cross-entropy, ...) is built from
+//! these in `nn`. Elementwise primitives take operands of *equal* shape: the
+//! tracer inserts explicit [`Op::Broadcast`] nodes, so no kernel guesses.
+
+use super::TensorSpec;
+use crate::error::{GraphError, Result};
+use nitro_device::DType;
+use serde::{Deserialize, Serialize};
+
+/// Elementwise functions of one argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum UnaryOp {
+    /// -x
+    Neg,
+    /// e^x
+    Exp,
+    /// ln x
+    Log,
+    /// √x
+    Sqrt,
+    /// tanh x
+    Tanh,
+    /// 1 / (1 + e^-x)
+    Sigmoid,
+    /// sin x
+    Sin,
+    /// cos x
+    Cos,
+    /// |x|
+    Abs,
+    /// 1 / x
+    Recip,
+    /// sign(x) in {-1, 0, 1}
+    Sign,
+    /// ⌊x⌋
+    Floor,
+}
+
+/// Elementwise functions of two arguments of equal shape and dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BinaryOp {
+    /// a + b
+    Add,
+    /// a - b
+    Sub,
+    /// a * b
+    Mul,
+    /// a / b
+    Div,
+    /// max(a, b)
+    Max,
+    /// min(a, b)
+    Min,
+    /// a ^ b
+    Pow,
+}
+
+/// Elementwise comparisons producing bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum CmpOp {
+    /// a == b
+    Eq,
+    /// a != b
+    Ne,
+    /// a < b
+    Lt,
+    /// a <= b
+    Le,
+    /// a > b
+    Gt,
+    /// a >= b
+    Ge,
+}
+
+/// A primitive operation. Output shapes that cannot be inferred from the
+/// arguments are carried by the op itself.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Op {
+    /// The `index`-th graph input.
+    Input {
+        /// Position in the call signature.
+        index: usize,
+    },
+    /// Every element equal to `value`.
+    Fill {
+        /// The value (converted to the node's dtype).
+        value: f64,
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// A baked constant array (row-major values, converted to the node's dtype).
+    Literal {
+        /// Values.
+        values: Vec<f64>,
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// The index along `axis`: `out[i0,..,ik,..] = ik`.
+    Iota {
+        /// Which axis counts.
+        axis: usize,
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// Counter-based uniform random numbers in [0, 1): element `i` is a hash
+    /// of (key, salt, i), so the stream is the same on every backend.
+    RandomUniform {
+        /// Distinguishes two random ops fed the same key.
+        salt: u64,
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// Elementwise function of one argument.
+    Unary(UnaryOp),
+    /// Elementwise function of two arguments.
+    Binary(BinaryOp),
+    /// Elementwise comparison.
+    Compare(CmpOp),
+    /// `cond ? a : b`, elementwise.
+    Select,
+    /// Convert to another dtype.
+    Cast {
+        /// Target dtype.
+        to: DType,
+    },
+    /// Sum over `axes` (removed from the shape).
+    ReduceSum {
+        /// Axes to reduce, ascending.
+        axes: Vec<usize>,
+    },
+    /// Maximum over `axes` (removed from the shape).
+    ReduceMax {
+        /// Axes to reduce, ascending.
+        axes: Vec<usize>,
+    },
+    /// Same elements, another shape (row-major order kept).
+    Reshape {
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// Reorder axes: output axis `i` is input axis `perm[i]`.
+    Permute {
+        /// The permutation.
+        perm: Vec<usize>,
+    },
+    /// Repeat size-1 axes up to `shape` (same rank as the input).
+    Broadcast {
+        /// Output shape.
+        shape: Vec<usize>,
+    },
+    /// Strided window `start..end` step `stride` on every axis.
+    Slice {
+        /// First index per axis.
+        start: Vec<usize>,
+        /// One past the last index per axis.
+        end: Vec<usize>,
+        /// Step per axis (>= 1).
+        stride: Vec<usize>,
+    },
+    /// Pad with `value`: `lo` before, `hi` after, `interior` between elements.
+    Pad {
+        /// Elements before, per axis.
+        lo: Vec<usize>,
+        /// Elements after, per axis.
+        hi: Vec<usize>,
+        /// Elements between neighbours, per axis.
+        interior: Vec<usize>,
+        /// Fill value.
+        value: f64,
+    },
+    /// Join arguments along `axis`.
+    Concat {
+        /// The joining axis.
+        axis: usize,
+    },
+    /// Rows of a table: `out[i, ...] = table[idx[i], ...]` (idx integer, rank 1).
+    Take,
+    /// Sum rows into a zero table of `rows` rows: `out[idx[i], ...] += upd[i, ...]`.
+    ScatterAdd {
+        /// Rows of the output table.
+        rows: usize,
+    },
+    /// Batched matrix product `op(a) @ op(b)`, `op` transposing the last two
+    /// axes where flagged; batch axes must be equal.
+    MatMul {
+        /// Transpose `a`.
+        ta: bool,
+        /// Transpose `b`.
+        tb: bool,
+    },
+}
+
+impl Op {
+    /// Short name, as printed in IR and errors.
+    pub fn name(&self) -> String {
+        match self {
+            Op::Input { .. } => "input".into(),
+            Op::Fill { .. } => "fill".into(),
+            Op::Literal { .. } => "literal".into(),
+            Op::Iota { .. } => "iota".into(),
+            Op::RandomUniform { .. } => "random_uniform".into(),
+            Op::Unary(u) => format!("{u:?}").to_lowercase(),
+            Op::Binary(b) => format!("{b:?}").to_lowercase(),
+            Op::Compare(c) => format!("cmp_{c:?}").to_lowercase(),
+            Op::Select => "select".into(),
+            Op::Cast { .. } => "cast".into(),
+            Op::ReduceSum { .. } => "reduce_sum".into(),
+            Op::ReduceMax { .. } => "reduce_max".into(),
+            Op::Reshape { .. } => "reshape".into(),
+            Op::Permute { .. } => "permute".into(),
+            Op::Broadcast { .. } => "broadcast".into(),
+            Op::Slice { .. } => "slice".into(),
+            Op::Pad { .. } => "pad".into(),
+            Op::Concat { .. } => "concat".into(),
+            Op::Take => "take".into(),
+            Op::ScatterAdd { .. } => "scatter_add".into(),
+            Op::MatMul { .. } => "matmul".into(),
+        }
+    }
+
+    /// Whether the op maps element `i` of equal-shaped operands to element
+    /// `i` of the output, so that chains of them fuse into one loop.
+    pub fn is_elementwise(&self) -> bool {
+        matches!(
+            self,
+            Op::Fill { .. }
+                | Op::Iota { .. }
+                | Op::RandomUniform { .. }
+                | Op::Unary(_)
+                | Op::Binary(_)
+                | Op::Compare(_)
+                | Op::Select
+                | Op::Cast { .. }
+        )
+    }
+}
+
+fn check_axes(op: &str, axes: &[usize], rank: usize, shape: &[usize]) -> Result<()> {
+    let ascending = axes.windows(2).all(|w| w[0] < w[1]);
+    if !ascending || axes.iter().any(|&a| a >= rank) {
+        return Err(GraphError::shape(
+            op,
+            format!("axes {axes:?} must be ascending, distinct and below rank {rank}"),
+            &[shape],
+            "",
+        ));
+    }
+    Ok(())
+}
+
+fn same_shape(op: &str, a: &TensorSpec, b: &TensorSpec) -> Result<()> {
+    if a.shape != b.shape {
+        return Err(GraphError::shape(
+            op,
+            "operands differ in shape",
+            &[&a.shape, &b.shape],
+            "broadcast explicitly with `broadcast_to` or `reshape`",
+        ));
+    }
+    Ok(())
+}
+
+fn same_dtype(op: &str, a: &TensorSpec, b: &TensorSpec) -> Result<()> {
+    if a.dtype != b.dtype {
+        return Err(GraphError::dtype(
+            op,
+            format!("operands are {} and {}", a.dtype, b.dtype),
+            "cast one with `.cast(dtype)`",
+        ));
+    }
+    Ok(())
+}
+
+/// Dtypes the kernels compute in; storage types must be cast first.
+fn computable(op: &str, d: DType) -> Result<()> {
+    if matches!(d, DType::F16 | DType::BF16 | DType::U8) {
+        return Err(GraphError::dtype(
+            op,
+            format!("{d} is a storage type"),
+            "cast to f32 (or i32) before computing with `.cast(DType::F32)`",
+        ));
+    }
+    Ok(())
+}
+
+fn arity(op: &Op, args: &[&TensorSpec], n: usize) -> Result<()> {
+    if args.len() != n {
+        return Err(GraphError::shape(
+            &op.name(),
+            format!("takes {n} arguments, got {}", args.len()),
+            &args.iter().map(|a| a.shape.as_slice()).collect::<Vec<_>>(),
+            "",
+        ));
+    }
+    Ok(())
+}
+
+/// The shape and dtype rule of every primitive: the output spec of `op`
+/// applied to `args`, or an error naming the op and the offending shapes.
+/// `dtype` is the requested dtype for ops with no arguments to take it from.
+pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> {
+    let name = op.name();
+    let n = match op {
+        Op::Input { .. } | Op::Fill { .. } | Op::Literal { .. } | Op::Iota { .. } => 0,
+        Op::RandomUniform { .. }
+        | Op::Unary(_)
+        | Op::Cast { .. }
+        | Op::ReduceSum { .. }
+        | Op::ReduceMax { .. }
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::Broadcast { .. }
+        | Op::Slice { .. }
+        | Op::Pad { .. } => 1,
+        Op::Binary(_) | Op::Compare(_) | Op::Take | Op::ScatterAdd { .. } | Op::MatMul { .. } => 2,
+        Op::Select => 3,
+        Op::Concat { .. } => args.len().max(1),
+    };
+    arity(op, args, n)?;
+    match op {
+        Op::Input { .. } => Err(GraphError::Backend("inputs are declared, not inferred".into())),
+        Op::Fill { shape, .. } | Op::Iota { shape, .. } => {
+            if let Op::Iota { axis, .. } = op {
+                if *axis >= shape.len() {
+                    return Err(GraphError::shape(&name, format!("axis {axis} out of range"), &[shape], ""));
+                }
+            }
+            Ok(TensorSpec::new(dtype, shape))
+        }
+        Op::Literal { values, shape } => {
+            if values.len() != shape.iter().product::<usize>() {
+                return Err(GraphError::shape(
+                    &name,
+                    format!("{} values cannot fill the shape", values.len()),
+                    &[shape],
+                    "",
+                ));
+            }
+            Ok(TensorSpec::new(dtype, shape))
+        }
+        Op::RandomUniform { shape, .. } => {
+            let key = args[0];
+            if !key.shape.is_empty() || key.dtype != DType::I32 {
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("the key must be an i32 scalar, got {key}"),
+                    "pass the RNG key as a traced i32[] input",
+                ));
+            }
+            if !dtype.is_float() {
+                return Err(GraphError::dtype(&name, format!("cannot draw {dtype}"), "draw f32 or f64"));
+            }
+            Ok(TensorSpec::new(dtype, shape))
+        }
+        Op::Unary(u) => {
+            let a = args[0];
+            computable(&name, a.dtype)?;
+            let int_ok = matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign);
+            if !a.dtype.is_float() && !int_ok {
+                return Err(GraphError::dtype(&name, format!("needs a float operand, got {}", a.dtype), "cast to f32 first"));
+            }
+            if a.dtype == DType::Bool {
+                return Err(GraphError::dtype(&name, "bool has no arithmetic", "cast to f32 or i32 first"));
+            }
+            Ok(a.clone())
+        }
+        Op::Binary(b) => {
+            let (a, c) = (args[0], args[1]);
+            same_shape(&name, a, c)?;
+            same_dtype(&name, a, c)?;
+            computable(&name, a.dtype)?;
+            if a.dtype == DType::Bool || (*b == BinaryOp::Pow && !a.dtype.is_float()) {
+                return Err(GraphError::dtype(&name, format!("not defined for {}", a.dtype), "cast to f32 first"));
+            }
+            Ok(a.clone())
+        }
+        Op::Compare(_) => {
+            let (a, c) = (args[0], args[1]);
+            same_shape(&name, a, c)?;
+            same_dtype(&name, a, c)?;
+            computable(&name, a.dtype)?;
+            Ok(TensorSpec::new(DType::Bool, &a.shape))
+        }
+        Op::Select => {
+            let (c, a, b) = (args[0], args[1], args[2]);
+            if c.dtype != DType::Bool {
+                return Err(GraphError::dtype(&name, format!("condition must be bool, got {}", c.dtype), "compare first"));
+            }
+            if c.shape != a.shape || a.shape != b.shape {
+                return Err(GraphError::shape(
+                    &name,
+                    "condition and branches differ in shape",
+                    &[&c.shape, &a.shape, &b.shape],
+                    "broadcast explicitly",
+                ));
+            }
+            same_dtype(&name, a, b)?;
+            Ok(a.clone())
+        }
+        Op::Cast { to } => Ok(TensorSpec::new(*to, &args[0].shape)),
+        Op::ReduceSum { axes } | Op::ReduceMax { axes } => {
+            let a = args[0];
+            computable(&name, a.dtype)?;
+            check_axes(&name, axes, a.shape.len(), &a.shape)?;
+            let shape: Vec<usize> =
+                a.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+            Ok(TensorSpec::new(a.dtype, &shape))
+        }
+        Op::Reshape { shape } => {
+            let a = args[0];
+            if a.numel() != shape.iter().product::<usize>() {
+                return Err(GraphError::shape(
+                    &name,
+                    "element counts differ",
+                    &[&a.shape, shape],
+                    "a reshape keeps every element",
+                ));
+            }
+            Ok(TensorSpec::new(a.dtype, shape))
+        }
+        Op::Permute { perm } => {
+            let a = args[0];
+            let mut seen = vec![false; a.shape.len()];
+            let valid = perm.len() == a.shape.len()
+                && perm.iter().all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+            if !valid {
+                return Err(GraphError::shape(&name, format!("{perm:?} is not a permutation of the axes"), &[&a.shape], ""));
+            }
+            let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
+            Ok(TensorSpec::new(a.dtype, &shape))
+        }
+        Op::Broadcast { shape } => {
+            let a = args[0];
+            let ok = a.shape.len() == shape.len()
+                && a.shape.iter().zip(shape).all(|(&s, &t)| s == t || s == 1);
+            if !ok {
+                return Err(GraphError::shape(
+                    &name,
+                    "only size-1 axes of an equal-rank operand can be repeated",
+                    &[&a.shape, shape],
+                    "reshape to the target rank first (no implicit rank promotion)",
+                ));
+            }
+            Ok(TensorSpec::new(a.dtype, shape))
+        }
+        Op::Slice { start, end, stride } => {
+            let a = args[0];
+            let r = a.shape.len();
+            let ok = start.len() == r
+                && end.len() == r
+                && stride.len() == r
+                && (0..r).all(|i| start[i] <= end[i] && end[i] <= a.shape[i] && stride[i] >= 1);
+            if !ok {
+                return Err(GraphError::shape(
+                    &name,
+                    format!("window {start:?}..{end:?} step {stride:?} does not fit"),
+                    &[&a.shape],
+                    "",
+                ));
+            }
+            let shape: Vec<usize> = (0..r).map(|i| (end[i] - start[i]).div_ceil(stride[i])).collect();
+            Ok(TensorSpec::new(a.dtype, &shape))
+        }
+        Op::Pad { lo, hi, interior, .. } => {
+            let a = args[0];
+            let r = a.shape.len();
+            if lo.len() != r || hi.len() != r || interior.len() != r {
+                return Err(GraphError::shape(&name, "padding must name every axis", &[&a.shape], ""));
+            }
+            let shape: Vec<usize> = (0..r)
+                .map(|i| lo[i] + hi[i] + a.shape[i] + a.shape[i].saturating_sub(1) * interior[i])
+                .collect();
+            Ok(TensorSpec::new(a.dtype, &shape))
+        }
+        Op::Concat { axis } => {
+            let first = args[0];
+            let r = first.shape.len();
+            if *axis >= r {
+                return Err(GraphError::shape(&name, format!("axis {axis} out of range"), &[&first.shape], ""));
+            }
+            let mut shape = first.shape.clone();
+            shape[*axis] = 0;
+            for a in args {
+                same_dtype(&name, first, a)?;
+                let ok = a.shape.len() == r && (0..r).all(|i| i == *axis || a.shape[i] == first.shape[i]);
+                if !ok {
+                    return Err(GraphError::shape(
+                        &name,
+                        format!("operands must agree on every axis but {axis}"),
+                        &[&first.shape, &a.shape],
+                        "",
+                    ));
+                }
+                shape[*axis] += a.shape[*axis];
+            }
+            Ok(TensorSpec::new(first.dtype, &shape))
+        }
+        Op::Take => {
+            let (table, idx) = (args[0], args[1]);
+            if idx.shape.len() != 1 || !matches!(idx.dtype, DType::I32 | DType::I64) || table.shape.is_empty() {
+                return Err(GraphError::shape(
+                    &name,
+                    format!("needs a table of rank >= 1 and rank-1 integer indices, got {} indices", idx.dtype),
+                    &[&table.shape, &idx.shape],
+                    "flatten the indices with `reshape`",
+                ));
+            }
+            let mut shape = table.shape.clone();
+            shape[0] = idx.shape[0];
+            Ok(TensorSpec::new(table.dtype, &shape))
+        }
+        Op::ScatterAdd { rows } => {
+            let (upd, idx) = (args[0], args[1]);
+            if idx.shape.len() != 1 || upd.shape.first() != Some(&idx.shape[0]) || !matches!(idx.dtype, DType::I32 | DType::I64) {
+                return Err(GraphError::shape(
+                    &name,
+                    "needs rank-1 integer indices, one per update row",
+                    &[&upd.shape, &idx.shape],
+                    "",
+                ));
+            }
+            let mut shape = upd.shape.clone();
+            shape[0] = *rows;
+            Ok(TensorSpec::new(upd.dtype, &shape))
+        }
+        Op::MatMul { ta, tb } => {
+            let (a, b) = (args[0], args[1]);
+            same_dtype(&name, a, b)?;
+            computable(&name, a.dtype)?;
+            if !a.dtype.is_float() {
+                return Err(GraphError::dtype(&name, format!("needs float operands, got {}", a.dtype), "cast to f32"));
+            }
+            let (ra, rb) = (a.shape.len(), b.shape.len());
+            if ra < 2 || ra != rb || a.shape[..ra - 2] != b.shape[..rb - 2] {
+                return Err(GraphError::shape(
+                    &name,
+                    "operands need rank >= 2 and equal batch axes",
+                    &[&a.shape, &b.shape],
+                    "reshape or broadcast the batch axes explicitly",
+                ));
+            }
+            let (m, ka) = if *ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
+            let (kb, n) = if *tb { (b.shape[rb - 1], b.shape[rb - 2]) } else { (b.shape[rb - 2], b.shape[rb - 1]) };
+            if ka != kb {
+                return Err(GraphError::shape(
+                    &name,
+                    format!("contracting dimensions differ ({ka} vs {kb})"),
+                    &[&a.shape, &b.shape],
+                    "",
+                ));
+            }
+            let mut shape = a.shape[..ra - 2].to_vec();
+            shape.extend([m, n]);
+            Ok(TensorSpec::new(a.dtype, &shape))
+        }
+    }
+}

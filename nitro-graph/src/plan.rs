@@ -1,0 +1,179 @@
+//! The memory plan: where every stored value lives, and when its buffer is
+//! reused.
+//!
+//! Values that kernels produce get *slots* in a workspace that a program
+//! keeps between calls (steady-state calls allocate nothing but their
+//! returned outputs). Slots are assigned by liveness in execution order: a
+//! value's slot returns to the free list after its last reader, and a new
+//! value takes a free slot of the same dtype and length before a new one is
+//! made. Donated inputs (a train step's params and optimizer state) are
+//! updated *in place*: the kernel that computes the new value writes into
+//! the input's own buffer when nothing reads the old value afterwards and
+//! the write is elementwise; otherwise the result is swapped in at the end
+//! of the call, which still allocates nothing.
+
+use crate::fusion::{Kernel, Schedule, Source};
+use crate::ir::{Graph, NodeId, Op};
+use nitro_device::DType;
+
+/// Where a stored value's buffer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    /// The caller's `i`-th input.
+    Input(usize),
+    /// The program's `i`-th baked constant.
+    Literal(usize),
+    /// Workspace slot `i`.
+    Slot(usize),
+    /// Not in memory (computed inline or never needed).
+    Virtual,
+}
+
+/// Liveness-based buffer assignment for one schedule.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryPlan {
+    /// Per node, where its value lives (reshapes share their base's storage).
+    pub storage: Vec<Storage>,
+    /// Dtype and element count of each workspace slot.
+    pub slots: Vec<(DType, usize)>,
+    /// Literal nodes, by literal index.
+    pub literals: Vec<NodeId>,
+    /// Per kernel, the slots whose values die after it (for reporting).
+    pub frees: Vec<Vec<usize>>,
+    /// Bytes of the workspace (the planned peak of intermediate values).
+    pub peak_bytes: usize,
+    /// Bytes intermediates would take with no reuse at all.
+    pub unshared_bytes: usize,
+    /// Donations written in place: (input, output).
+    pub in_place: Vec<(usize, usize)>,
+    /// Donations handed back by swapping buffers at the end: (input, output).
+    pub swapped: Vec<(usize, usize)>,
+}
+
+/// Follow reshapes to the node that owns the buffer.
+pub fn base_of(graph: &Graph, mut n: NodeId) -> NodeId {
+    while let Op::Reshape { .. } = graph.nodes[n].op {
+        n = graph.nodes[n].args[0];
+    }
+    n
+}
+
+/// Nodes each kernel reads from memory.
+pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
+    match kernel {
+        Kernel::Fused(g) => g
+            .sources
+            .iter()
+            .flatten()
+            .filter_map(|s| match s {
+                Source::Load { node, .. } => Some(base_of(graph, *node)),
+                _ => None,
+            })
+            .collect(),
+        Kernel::Single(n) => graph.nodes[*n].args.iter().map(|&a| base_of(graph, a)).collect(),
+    }
+}
+
+/// Plan buffers for `schedule`, updating `donate` (input, output) pairs in
+/// place where that is safe.
+pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> MemoryPlan {
+    let n = graph.nodes.len();
+    let k_count = schedule.kernels.len();
+    let mut last_read = vec![None::<usize>; n];
+    for (k, kernel) in schedule.kernels.iter().enumerate() {
+        for b in kernel_reads(graph, kernel) {
+            last_read[b] = Some(k);
+        }
+    }
+    let is_output: Vec<bool> = {
+        let mut v = vec![false; n];
+        for &(_, o) in &graph.outputs {
+            v[base_of(graph, o)] = true;
+        }
+        v
+    };
+
+    let mut plan = MemoryPlan { storage: vec![Storage::Virtual; n], frees: vec![vec![]; k_count], ..Default::default() };
+    for (id, node) in graph.nodes.iter().enumerate() {
+        match node.op {
+            Op::Input { index } => plan.storage[id] = Storage::Input(index),
+            Op::Literal { .. } => {
+                plan.storage[id] = Storage::Literal(plan.literals.len());
+                plan.literals.push(id);
+            }
+            _ => {}
+        }
+    }
+
+    // Donations that can be written in place: the output is stored by a fused
+    // kernel that is the last reader of the input and reads it contiguously.
+    for &(input, output) in donate {
+        let out_node = base_of(graph, graph.outputs[output].1);
+        let in_node = graph.inputs[input].node;
+        let ok = match schedule.producer[out_node].map(|k| (k, &schedule.kernels[k])) {
+            Some((k, Kernel::Fused(group))) => {
+                let reads_contiguously = group.sources.iter().flatten().all(|s| match s {
+                    Source::Load { node, access } => {
+                        base_of(graph, *node) != in_node || *access == crate::fusion::Access::Contiguous
+                    }
+                    _ => true,
+                });
+                let unique_output = graph.outputs.iter().filter(|(_, o)| base_of(graph, *o) == out_node).count() == 1;
+                reads_contiguously && unique_output && last_read[in_node].is_none_or(|r| r <= k)
+                    && plan.storage[out_node] == Storage::Virtual
+            }
+            _ => false,
+        };
+        if ok {
+            plan.storage[out_node] = Storage::Input(input);
+            plan.in_place.push((input, output));
+        } else {
+            plan.swapped.push((input, output));
+        }
+    }
+
+    let mut free: Vec<usize> = Vec::new();
+    for (k, kernel) in schedule.kernels.iter().enumerate() {
+        let produced: Vec<NodeId> = match kernel {
+            Kernel::Fused(g) => g.stores.clone(),
+            Kernel::Single(s) => vec![*s],
+        };
+        for p in produced {
+            if plan.storage[p] != Storage::Virtual {
+                continue;
+            }
+            let spec = &graph.nodes[p].spec;
+            let want = (spec.dtype, spec.numel());
+            plan.unshared_bytes += spec.bytes();
+            let slot = match free.iter().position(|&s| plan.slots[s] == want) {
+                Some(i) => free.swap_remove(i),
+                None => {
+                    plan.slots.push(want);
+                    plan.slots.len() - 1
+                }
+            };
+            plan.storage[p] = Storage::Slot(slot);
+            if last_read[p].is_none() && !is_output[p] {
+                free.push(slot);
+            }
+        }
+        for b in kernel_reads(graph, kernel) {
+            if last_read[b] == Some(k) && !is_output[b] {
+                if let Storage::Slot(s) = plan.storage[b] {
+                    if !free.contains(&s) {
+                        free.push(s);
+                        plan.frees[k].push(s);
+                    }
+                }
+            }
+        }
+    }
+    // Reshapes share their base's buffer.
+    for id in 0..n {
+        if let Op::Reshape { .. } = graph.nodes[id].op {
+            plan.storage[id] = plan.storage[base_of(graph, id)];
+        }
+    }
+    plan.peak_bytes = plan.slots.iter().map(|(d, len)| d.size_of() * len).sum();
+    plan
+}
