@@ -52,7 +52,9 @@ fn child_saves_forever() {
     let mut store = Store::open(dir, config()).unwrap();
     let mut step = store.latest().unwrap().map_or(0, |c| c.step + 1);
     loop {
-        store.save(step, &common::sample(step, FLOATS), &loss(step)).unwrap();
+        store
+            .save(step, &common::sample(step, FLOATS), &loss(step))
+            .unwrap();
         step += 1;
     }
 }
@@ -71,7 +73,9 @@ fn sigkill_during_saves_never_leaves_a_partial_checkpoint() {
     let start = Instant::now();
     let (mut kills, mut interrupted_writes, mut last_step) = (0, 0, None);
     while kills < 40 && start.elapsed() < Duration::from_secs(12) {
-        let mut proc = child(SAVER_DIR, dir.path(), "child_saves_forever").spawn().unwrap();
+        let mut proc = child(SAVER_DIR, dir.path(), "child_saves_forever")
+            .spawn()
+            .unwrap();
         std::thread::sleep(Duration::from_millis(30 + next() % 150));
         proc.kill().unwrap(); // SIGKILL
         proc.wait().unwrap();
@@ -102,7 +106,10 @@ fn sigkill_during_saves_never_leaves_a_partial_checkpoint() {
     }
     eprintln!("{kills} kills, {interrupted_writes} inside a write, reached step {last_step:?}");
     assert!(kills >= 10, "only {kills} kills in the time budget");
-    assert!(last_step.is_some(), "no checkpoint completed in {kills} runs");
+    assert!(
+        last_step.is_some(),
+        "no checkpoint completed in {kills} runs"
+    );
     assert!(interrupted_writes > 0, "no kill landed inside a save");
 }
 
@@ -137,11 +144,23 @@ fn full_disk_keeps_the_previous_checkpoint_and_reports_an_error() {
     let first = store.save(1, &common::sample(1, 1000), &loss(1)).unwrap();
     let before = std::fs::read(&first).unwrap();
 
-    let out = child(FULL_DIR, dir.path(), "child_saves_into_full_disk").output().unwrap();
+    let out = child(FULL_DIR, dir.path(), "child_saves_into_full_disk")
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let line = stdout.lines().find(|l| l.contains("SAVE-ERROR")).expect("child reported");
-    assert!(line.contains("write") && line.contains("ckpt-000000000002"), "{line}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("SAVE-ERROR"))
+        .expect("child reported");
+    assert!(
+        line.contains("write") && line.contains("ckpt-000000000002"),
+        "{line}"
+    );
 
     let store = Store::open(dir.path(), config()).unwrap();
     let steps: Vec<u64> = store.list().unwrap().iter().map(|c| c.step).collect();
@@ -151,7 +170,13 @@ fn full_disk_keeps_the_previous_checkpoint_and_reports_an_error() {
     // The failed save removed its temporary file.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".tmp-"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(".tmp-")
+        })
         .collect();
     assert!(leftovers.is_empty());
 }

@@ -10,6 +10,9 @@ use super::index::{EntryRecord, IndexV2Ref};
 use super::{END_MAGIC, HEADER_LEN, MAGIC, VERSION};
 use crate::{Checkpoint, Metadata};
 
+/// Below this many tensor bytes a helper thread costs more than it saves.
+const PARALLEL_HASH_BYTES: u64 = 4 << 20;
+
 /// Writes `ckpt` (already validated) in the current format version.
 pub(crate) fn write_checkpoint<W: Write>(w: &mut W, ckpt: &Checkpoint) -> io::Result<()> {
     write_with_index(w, ckpt, VERSION, |meta, trees| {
@@ -30,24 +33,53 @@ pub(crate) fn write_with_index<W: Write>(
     header[8..12].copy_from_slice(&version.to_le_bytes());
     w.write_all(&header)?;
 
+    // Hash on a second thread while this one writes: the digests are only
+    // needed for the index, which goes last, so hashing costs no wall time
+    // when a core is free.
+    let digests = std::thread::scope(|scope| -> io::Result<Vec<[u8; 32]>> {
+        let hasher = (ckpt.tensor_bytes() >= PARALLEL_HASH_BYTES).then(|| {
+            scope.spawn(|| {
+                ckpt.trees
+                    .values()
+                    .flatten()
+                    .map(|t| crate::hash::digest(&t.bytes))
+                    .collect::<Vec<_>>()
+            })
+        });
+        for t in ckpt.trees.values().flatten() {
+            let (head, n) = bstr_head(t.bytes.len() as u64);
+            w.write_all(&head[..n])?;
+            w.write_all(&t.bytes)?;
+        }
+        Ok(match hasher {
+            Some(h) => h
+                .join()
+                .map_err(|_| io::Error::other("hashing thread panicked"))?,
+            None => ckpt
+                .trees
+                .values()
+                .flatten()
+                .map(|t| crate::hash::digest(&t.bytes))
+                .collect(),
+        })
+    })?;
+
     let mut offset = HEADER_LEN;
+    let mut digests = digests.into_iter();
     let mut table: BTreeMap<String, Vec<EntryRecord>> = BTreeMap::new();
     for (tree, tensors) in &ckpt.trees {
         let records = table.entry(tree.clone()).or_default();
         for t in tensors {
             let len = t.bytes.len() as u64;
-            let (head, n) = bstr_head(len);
-            w.write_all(&head[..n])?;
-            w.write_all(&t.bytes)?;
             records.push(EntryRecord {
                 path: t.path.clone(),
                 dtype: t.dtype,
                 shape: t.shape.clone(),
                 offset,
                 len,
-                blake3: crate::hash::digest(&t.bytes).to_vec(),
+                blake3: digests.next().unwrap_or_default().to_vec(),
             });
-            offset += n as u64 + len;
+            offset += bstr_head(len).1 as u64 + len;
         }
     }
 
