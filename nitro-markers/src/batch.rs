@@ -54,11 +54,24 @@ impl<L> BatchFields<L> for WholeBatch<L> {
     }
     fn from_batch(batch: &mut impl BatchSource<L>) -> Result<Self, MissingField> {
         let names = batch.field_names();
-        Ok(WholeBatch(names.into_iter().filter_map(|n| Some((n.clone(), batch.take(&n)?))).collect()))
+        Ok(WholeBatch(
+            names
+                .into_iter()
+                .filter_map(|n| Some((n.clone(), batch.take(&n)?)))
+                .collect(),
+        ))
     }
 }
 
 /// The error for a required field the batch lacks (used by the derive).
-pub fn missing_field<L>(fields_type: &str, field: &str, batch: &impl BatchSource<L>) -> MissingField {
-    MissingField { fields_type: fields_type.into(), field: field.into(), available: batch.field_names() }
+pub fn missing_field<L>(
+    fields_type: &str,
+    field: &str,
+    batch: &impl BatchSource<L>,
+) -> MissingField {
+    MissingField {
+        fields_type: fields_type.into(),
+        field: field.into(),
+        available: batch.field_names(),
+    }
 }

@@ -97,7 +97,9 @@ fn wrong(expected: &str, value: &DeviceValue) -> ValueError {
 }
 
 fn elements<E: DeviceElement>(value: &DeviceValue, shape: &[usize]) -> Option<Vec<E>> {
-    (value.shape == shape).then(|| E::unwrap(&value.data).map(<[E]>::to_vec)).flatten()
+    (value.shape == shape)
+        .then(|| E::unwrap(&value.data).map(<[E]>::to_vec))
+        .flatten()
 }
 
 macro_rules! scalar_inputs {
@@ -116,7 +118,10 @@ scalar_inputs!(f32, f16, bf16, i32);
 
 impl<E: DeviceElement> DeviceInput for Vec<E> {
     fn to_device_value(&self) -> DeviceValue {
-        DeviceValue { shape: vec![self.len()], data: E::wrap(self.clone()) }
+        DeviceValue {
+            shape: vec![self.len()],
+            data: E::wrap(self.clone()),
+        }
     }
     fn from_device_value(value: &DeviceValue) -> Result<Self, ValueError> {
         match value.shape.as_slice() {
@@ -129,7 +134,10 @@ impl<E: DeviceElement> DeviceInput for Vec<E> {
 
 impl<E: DeviceElement, const N: usize> DeviceInput for [E; N] {
     fn to_device_value(&self) -> DeviceValue {
-        DeviceValue { shape: vec![N], data: E::wrap(self.to_vec()) }
+        DeviceValue {
+            shape: vec![N],
+            data: E::wrap(self.to_vec()),
+        }
     }
     fn from_device_value(value: &DeviceValue) -> Result<Self, ValueError> {
         elements(value, &[N])
@@ -141,7 +149,10 @@ impl<E: DeviceElement, const N: usize> DeviceInput for [E; N] {
 impl<E: DeviceElement, const N: usize, const M: usize> DeviceInput for [[E; N]; M] {
     fn to_device_value(&self) -> DeviceValue {
         let flat = self.iter().flatten().copied().collect();
-        DeviceValue { shape: vec![M, N], data: E::wrap(flat) }
+        DeviceValue {
+            shape: vec![M, N],
+            data: E::wrap(flat),
+        }
     }
     fn from_device_value(value: &DeviceValue) -> Result<Self, ValueError> {
         let rows = elements::<E>(value, &[M, N]).map(|flat| {

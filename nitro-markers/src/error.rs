@@ -97,9 +97,12 @@ impl ConfigError {
             }
             _ => "it reaches no trace, so writing it would change nothing compiled; set it before building the run",
         };
-        ConfigError::NotDevice { field: field.into(), category, fix }
+        ConfigError::NotDevice {
+            field: field.into(),
+            category,
+            fix,
+        }
     }
-
 
     /// A [`ConfigError::BadValue`] from a [`ValueError`].
     pub fn bad_value(field: &str, value: &ConfigValue, err: ValueError) -> Self {

@@ -30,7 +30,10 @@ pub struct Preset {
 impl Preset {
     /// An empty preset.
     pub fn new(name: impl Into<String>) -> Self {
-        Preset { name: name.into(), values: Vec::new() }
+        Preset {
+            name: name.into(),
+            values: Vec::new(),
+        }
     }
 
     /// Adds a field value (builder style).
@@ -83,8 +86,13 @@ pub trait ExperimentFields: Sized {
 
     /// The GraphConst fields: the complement of Device and Host.
     fn graph_const_fields() -> Vec<&'static str> {
-        let marked = |f: &&str| Self::device_fields().contains(f) || Self::host_fields().contains(f);
-        Self::field_names().iter().copied().filter(|f| !marked(f)).collect()
+        let marked =
+            |f: &&str| Self::device_fields().contains(f) || Self::host_fields().contains(f);
+        Self::field_names()
+            .iter()
+            .copied()
+            .filter(|f| !marked(f))
+            .collect()
     }
 
     /// The category of a field, or `None` for an unknown name.
@@ -120,7 +128,9 @@ pub trait ExperimentFields: Sized {
         Self::field_names()
             .iter()
             .map(|&name| {
-                let value = self.get_field(name).unwrap_or_else(|e| ConfigValue::Opaque(e.to_string()));
+                let value = self
+                    .get_field(name)
+                    .unwrap_or_else(|e| ConfigValue::Opaque(e.to_string()));
                 FieldMeta {
                     name,
                     category: Self::category(name).unwrap_or(Category::Host),
@@ -135,7 +145,10 @@ pub trait ExperimentFields: Sized {
     /// What the compile key hashes: each GraphConst field's value.
     fn graph_const_values(&self) -> Vec<(&'static str, ConfigValue)> {
         let fields = Self::graph_const_fields();
-        let value = |f| self.get_field(f).unwrap_or_else(|e| ConfigValue::Opaque(e.to_string()));
+        let value = |f| {
+            self.get_field(f)
+                .unwrap_or_else(|e| ConfigValue::Opaque(e.to_string()))
+        };
         fields.into_iter().map(|f| (f, value(f))).collect()
     }
 
@@ -152,7 +165,10 @@ pub trait ExperimentFields: Sized {
 
     /// Builds the experiment from a preset, then applies `overrides`, which
     /// win. Unknown preset names and unknown keys are errors.
-    fn from_preset(name: &str, overrides: &[(&str, ConfigValue)]) -> Result<Recipe<Self>, ConfigError> {
+    fn from_preset(
+        name: &str,
+        overrides: &[(&str, ConfigValue)],
+    ) -> Result<Recipe<Self>, ConfigError> {
         crate::presets::from_preset(Some(name), overrides)
     }
 
@@ -163,7 +179,10 @@ pub trait ExperimentFields: Sized {
 
     /// Applies CLI-style `field=value` overrides, each parsed by the field's
     /// type; returns the overrides as applied, for the run record.
-    fn apply_text_overrides(&mut self, overrides: &[&str]) -> Result<Vec<(String, ConfigValue)>, ConfigError> {
+    fn apply_text_overrides(
+        &mut self,
+        overrides: &[&str],
+    ) -> Result<Vec<(String, ConfigValue)>, ConfigError> {
         crate::presets::apply_text(self, overrides)
     }
 }

@@ -52,7 +52,10 @@ pub trait ContentHash: ConfigField {
 }
 
 fn mismatch<T: ConfigField>(found: &ConfigValue) -> ValueError {
-    ValueError { expected: T::type_name(), found: format!("{found} ({})", found.kind()) }
+    ValueError {
+        expected: T::type_name(),
+        found: format!("{found} ({})", found.kind()),
+    }
 }
 
 macro_rules! int_fields {
@@ -156,7 +159,7 @@ impl<T: ConfigField> ConfigField for Option<T> {
 }
 impl<T: ContentHash> ContentHash for Option<T> {}
 
-fn list_items<'v, T: ConfigField>(value: &'v ConfigValue) -> Result<&'v [ConfigValue], ValueError> {
+fn list_items<T: ConfigField>(value: &ConfigValue) -> Result<&[ConfigValue], ValueError> {
     match value {
         ConfigValue::List(items) => Ok(items),
         other => Err(mismatch::<T>(other)),
@@ -171,7 +174,10 @@ impl<T: ConfigField> ConfigField for Vec<T> {
         ConfigValue::List(self.iter().map(T::to_config).collect())
     }
     fn from_config(value: &ConfigValue) -> Result<Self, ValueError> {
-        list_items::<Self>(value)?.iter().map(T::from_config).collect()
+        list_items::<Self>(value)?
+            .iter()
+            .map(T::from_config)
+            .collect()
     }
 }
 impl<T: ContentHash> ContentHash for Vec<T> {}
@@ -199,7 +205,11 @@ impl<K: ConfigField + Ord, V: ConfigField> ConfigField for BTreeMap<K, V> {
         format!("BTreeMap<{}, {}>", K::type_name(), V::type_name())
     }
     fn to_config(&self) -> ConfigValue {
-        ConfigValue::Map(self.iter().map(|(k, v)| (k.to_config(), v.to_config())).collect())
+        ConfigValue::Map(
+            self.iter()
+                .map(|(k, v)| (k.to_config(), v.to_config()))
+                .collect(),
+        )
     }
     fn from_config(value: &ConfigValue) -> Result<Self, ValueError> {
         match value {

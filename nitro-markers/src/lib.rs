@@ -74,9 +74,13 @@
 //!   it on the trait impl and on the view type.
 #![warn(missing_docs)]
 
+// The derives name `::nitro_markers`; this lets the crate use them itself.
+extern crate self as nitro_markers;
+
 mod batch;
 mod device;
 mod error;
+pub mod example;
 mod experiment;
 mod field;
 mod markers;

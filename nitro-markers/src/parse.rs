@@ -7,7 +7,11 @@ use crate::ConfigValue;
 const MAX_DEPTH: usize = 32;
 
 pub(crate) fn parse_value(text: &str) -> Result<ConfigValue, String> {
-    let mut p = Parser { s: text.as_bytes(), pos: 0, src: text };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        pos: 0,
+        src: text,
+    };
     let v = p.value(0)?;
     p.ws();
     if p.pos != p.s.len() {

@@ -25,13 +25,23 @@ pub(crate) fn validate<E: ExperimentFields>() -> Result<(), ConfigError> {
         experiment: E::experiment_name().into(),
         problem,
     };
-    for (list, what) in [(E::device_fields(), "device_fields"), (E::host_fields(), "host_fields")] {
+    for (list, what) in [
+        (E::device_fields(), "device_fields"),
+        (E::host_fields(), "host_fields"),
+    ] {
         if let Some(f) = list.iter().find(|f| !E::field_names().contains(f)) {
-            return Err(inconsistent(format!("{what} lists `{f}`, which is not a field")));
+            return Err(inconsistent(format!(
+                "{what} lists `{f}`, which is not a field"
+            )));
         }
     }
-    if let Some(f) = E::device_fields().iter().find(|f| E::host_fields().contains(f)) {
-        return Err(inconsistent(format!("`{f}` is listed as both Device and Host")));
+    if let Some(f) = E::device_fields()
+        .iter()
+        .find(|f| E::host_fields().contains(f))
+    {
+        return Err(inconsistent(format!(
+            "`{f}` is listed as both Device and Host"
+        )));
     }
     for preset in E::presets() {
         for (key, _) in &preset.values {
@@ -73,7 +83,10 @@ pub(crate) fn from_preset<E: ExperimentFields>(
     Ok(Recipe {
         experiment,
         preset: name.map(str::to_string),
-        overrides: overrides.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+        overrides: overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
     })
 }
 

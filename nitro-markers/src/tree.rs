@@ -27,7 +27,11 @@ pub trait Tree<K: LeafKind>: Sized {
 
     /// A tree shaped like `self` whose leaves are taken from `leaves`, in
     /// [`visit`](Self::visit) order.
-    fn rebuild(&self, path: &mut String, leaves: &mut dyn Iterator<Item = K::Leaf>) -> Result<Self, TreeError>;
+    fn rebuild(
+        &self,
+        path: &mut String,
+        leaves: &mut dyn Iterator<Item = K::Leaf>,
+    ) -> Result<Self, TreeError>;
 
     /// Every leaf with its path.
     fn leaves(&self) -> Vec<(String, &K::Leaf)> {
@@ -47,14 +51,21 @@ pub trait Tree<K: LeafKind>: Sized {
         let tree = self.rebuild(&mut String::new(), &mut iter)?;
         match iter.count() {
             0 => Ok(tree),
-            extra => Err(TreeError::TooManyLeaves { expected: self.leaves().len(), extra }),
+            extra => Err(TreeError::TooManyLeaves {
+                expected: self.leaves().len(),
+                extra,
+            }),
         }
     }
 }
 
 /// Runs `f` with `segment` appended to `path` (dot-separated), then restores
 /// `path`. The derive and container impls use it.
-pub fn with_segment<R>(path: &mut String, segment: &dyn Display, f: impl FnOnce(&mut String) -> R) -> R {
+pub fn with_segment<R>(
+    path: &mut String,
+    segment: &dyn Display,
+    f: impl FnOnce(&mut String) -> R,
+) -> R {
     let len = path.len();
     if len > 0 {
         path.push('.');
@@ -67,7 +78,9 @@ pub fn with_segment<R>(path: &mut String, segment: &dyn Display, f: impl FnOnce(
 
 /// Takes the next leaf for `path` (the leaf impls use it).
 pub fn next_leaf<L>(path: &str, leaves: &mut dyn Iterator<Item = L>) -> Result<L, TreeError> {
-    leaves.next().ok_or_else(|| TreeError::TooFewLeaves { path: path.to_string() })
+    leaves.next().ok_or_else(|| TreeError::TooFewLeaves {
+        path: path.to_string(),
+    })
 }
 
 /// Declares a leaf kind and makes its leaf type a [`Tree`] of one leaf:
@@ -113,7 +126,11 @@ impl<K: LeafKind, X: Tree<K>> Tree<K> for Vec<X> {
             with_segment(path, &i, |p| x.visit(p, f));
         }
     }
-    fn rebuild(&self, path: &mut String, leaves: &mut dyn Iterator<Item = K::Leaf>) -> Result<Self, TreeError> {
+    fn rebuild(
+        &self,
+        path: &mut String,
+        leaves: &mut dyn Iterator<Item = K::Leaf>,
+    ) -> Result<Self, TreeError> {
         rebuild_items(self.iter(), path, leaves)
     }
 }
@@ -124,10 +141,16 @@ impl<K: LeafKind, X: Tree<K>, const N: usize> Tree<K> for [X; N] {
             with_segment(path, &i, |p| x.visit(p, f));
         }
     }
-    fn rebuild(&self, path: &mut String, leaves: &mut dyn Iterator<Item = K::Leaf>) -> Result<Self, TreeError> {
+    fn rebuild(
+        &self,
+        path: &mut String,
+        leaves: &mut dyn Iterator<Item = K::Leaf>,
+    ) -> Result<Self, TreeError> {
         let items = rebuild_items(self.iter(), path, leaves)?;
         // The template has N items, so the rebuilt Vec does too.
-        items.try_into().map_err(|_| TreeError::TooFewLeaves { path: path.clone() })
+        items
+            .try_into()
+            .map_err(|_| TreeError::TooFewLeaves { path: path.clone() })
     }
 }
 
@@ -137,7 +160,11 @@ impl<K: LeafKind, X: Tree<K>> Tree<K> for Option<X> {
             x.visit(path, f);
         }
     }
-    fn rebuild(&self, path: &mut String, leaves: &mut dyn Iterator<Item = K::Leaf>) -> Result<Self, TreeError> {
+    fn rebuild(
+        &self,
+        path: &mut String,
+        leaves: &mut dyn Iterator<Item = K::Leaf>,
+    ) -> Result<Self, TreeError> {
         self.as_ref().map(|x| x.rebuild(path, leaves)).transpose()
     }
 }
@@ -146,7 +173,11 @@ impl<K: LeafKind, X: Tree<K>> Tree<K> for Box<X> {
     fn visit<'a>(&'a self, path: &mut String, f: &mut dyn FnMut(&str, &'a K::Leaf)) {
         (**self).visit(path, f)
     }
-    fn rebuild(&self, path: &mut String, leaves: &mut dyn Iterator<Item = K::Leaf>) -> Result<Self, TreeError> {
+    fn rebuild(
+        &self,
+        path: &mut String,
+        leaves: &mut dyn Iterator<Item = K::Leaf>,
+    ) -> Result<Self, TreeError> {
         (**self).rebuild(path, leaves).map(Box::new)
     }
 }
@@ -157,7 +188,11 @@ impl<K: LeafKind, Key: Ord + Clone + Display, X: Tree<K>> Tree<K> for BTreeMap<K
             with_segment(path, k, |p| x.visit(p, f));
         }
     }
-    fn rebuild(&self, path: &mut String, leaves: &mut dyn Iterator<Item = K::Leaf>) -> Result<Self, TreeError> {
+    fn rebuild(
+        &self,
+        path: &mut String,
+        leaves: &mut dyn Iterator<Item = K::Leaf>,
+    ) -> Result<Self, TreeError> {
         self.iter()
             .map(|(k, x)| Ok((k.clone(), with_segment(path, k, |p| x.rebuild(p, leaves))?)))
             .collect()

@@ -71,7 +71,11 @@ impl ConfigValue {
                 out.extend_from_slice(&f.to_bits().to_le_bytes());
             }
             ConfigValue::Str(s) | ConfigValue::Opaque(s) => {
-                out.push(if matches!(self, ConfigValue::Str(_)) { 4 } else { 7 });
+                out.push(if matches!(self, ConfigValue::Str(_)) {
+                    4
+                } else {
+                    7
+                });
                 len(out, s.len());
                 out.extend_from_slice(s.as_bytes());
             }
@@ -101,8 +105,7 @@ impl ConfigValue {
 
 fn write_str(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
     let plain = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_alphanumeric() || "_-./".contains(c))
+        && s.chars().all(|c| c.is_alphanumeric() || "_-./".contains(c))
         && !matches!(ConfigValue::parse(s), Ok(v) if !matches!(v, ConfigValue::Str(_)));
     if plain {
         f.write_str(s)

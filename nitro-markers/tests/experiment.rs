@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use nitro_markers::{
-    Category, ConfigError, ConfigField, ConfigValue, ContentHash, Device, DeviceData, DeviceValue, Experiment,
-    ExperimentFields, GraphConst, Host, Preset,
+    Category, ConfigError, ConfigField, ConfigValue, ContentHash, Device, DeviceData, DeviceValue,
+    Experiment, ExperimentFields, GraphConst, Host, Preset,
 };
 
 /// An experiment with every kind of field.
@@ -50,8 +50,12 @@ impl Frames {
 
 fn presets() -> Vec<Preset> {
     vec![
-        Preset::new("reference_v1").set("width", 128usize).set("smoothing", 0.0f32),
-        Preset::new("current").set("width", 256usize).set("smoothing", 0.05f32),
+        Preset::new("reference_v1")
+            .set("width", 128usize)
+            .set("smoothing", 0.0f32),
+        Preset::new("current")
+            .set("width", 256usize)
+            .set("smoothing", 0.05f32),
     ]
 }
 
@@ -59,10 +63,22 @@ fn presets() -> Vec<Preset> {
 fn field_lists_follow_the_markers() {
     assert_eq!(
         MyExp::field_names(),
-        ["width", "layers", "smoothing", "class_weights", "max_epochs", "run_dir", "tags", "images"]
+        [
+            "width",
+            "layers",
+            "smoothing",
+            "class_weights",
+            "max_epochs",
+            "run_dir",
+            "tags",
+            "images"
+        ]
     );
     assert_eq!(MyExp::device_fields(), ["smoothing", "class_weights"]);
-    assert_eq!(MyExp::host_fields(), ["max_epochs", "run_dir", "tags", "images"]);
+    assert_eq!(
+        MyExp::host_fields(),
+        ["max_epochs", "run_dir", "tags", "images"]
+    );
     assert_eq!(MyExp::graph_const_fields(), ["width", "layers"]);
     assert_eq!(MyExp::category("run_dir"), Some(Category::Host));
     assert_eq!(MyExp::category("nope"), None);
@@ -72,7 +88,10 @@ fn field_lists_follow_the_markers() {
 #[test]
 fn defaults_come_from_attributes_or_default() {
     let e = MyExp::defaults();
-    assert_eq!((*e.width, e.layers.0.clone(), *e.smoothing, e.max_epochs), (128, vec![4, 8], 0.05, 20));
+    assert_eq!(
+        (*e.width, e.layers.0.clone(), *e.smoothing, e.max_epochs),
+        (128, vec![4, 8], 0.05, 20)
+    );
     assert_eq!(*e.run_dir, "runs/x");
     assert!(e.class_weights.is_empty() && e.tags.is_empty() && e.images.is_empty());
 }
@@ -100,14 +119,33 @@ fn get_and_set_by_name_with_typed_errors() {
     let mut e = MyExp::defaults();
     e.set_field("width", &ConfigValue::Int(64)).unwrap();
     assert_eq!(*e.width, 64);
-    assert_eq!(e.get_field("smoothing").unwrap(), ConfigValue::Float(0.05f32 as f64));
-    let err = e.set_field("width", &ConfigValue::Str("wide".into())).unwrap_err();
-    assert!(matches!(err, ConfigError::BadValue { ref field, .. } if field == "width"), "{err}");
-    let err = e.set_field("width", &ConfigValue::Int(-1)).unwrap_err().to_string();
+    assert_eq!(
+        e.get_field("smoothing").unwrap(),
+        ConfigValue::Float(0.05f32 as f64)
+    );
+    let err = e
+        .set_field("width", &ConfigValue::Str("wide".into()))
+        .unwrap_err();
+    assert!(
+        matches!(err, ConfigError::BadValue { ref field, .. } if field == "width"),
+        "{err}"
+    );
+    let err = e
+        .set_field("width", &ConfigValue::Int(-1))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("width") && err.contains("usize"), "{err}");
-    let err = e.set_field("widht", &ConfigValue::Int(1)).unwrap_err().to_string();
-    assert!(err.contains("`widht`") && err.contains("width, layers, smoothing"), "{err}");
-    let err = e.set_field("images", &ConfigValue::List(vec![])).unwrap_err();
+    let err = e
+        .set_field("widht", &ConfigValue::Int(1))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`widht`") && err.contains("width, layers, smoothing"),
+        "{err}"
+    );
+    let err = e
+        .set_field("images", &ConfigValue::List(vec![]))
+        .unwrap_err();
     assert!(matches!(err, ConfigError::NotConfigurable { .. }), "{err}");
 }
 
@@ -115,13 +153,33 @@ fn get_and_set_by_name_with_typed_errors() {
 fn text_overrides_parse_by_field_type() {
     let mut e = MyExp::defaults();
     let applied = e
-        .apply_text_overrides(&["width=512", "layers=[1, 2, 3]", "run_dir=out/a b", "tags={a: 1}", "smoothing=1"])
+        .apply_text_overrides(&[
+            "width=512",
+            "layers=[1, 2, 3]",
+            "run_dir=out/a b",
+            "tags={a: 1}",
+            "smoothing=1",
+        ])
         .unwrap();
     assert_eq!(applied.len(), 5);
-    assert_eq!((*e.width, e.layers.0.clone(), e.run_dir.0.as_str(), *e.smoothing), (512, vec![1, 2, 3], "out/a b", 1.0));
+    assert_eq!(
+        (
+            *e.width,
+            e.layers.0.clone(),
+            e.run_dir.0.as_str(),
+            *e.smoothing
+        ),
+        (512, vec![1, 2, 3], "out/a b", 1.0)
+    );
     assert_eq!(e.tags.get("a"), Some(&1));
-    let err = e.apply_text_overrides(&["width=0.5"]).unwrap_err().to_string();
-    assert!(err.contains("`width`") && err.contains("0.5") && err.contains("usize"), "{err}");
+    let err = e
+        .apply_text_overrides(&["width=0.5"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`width`") && err.contains("0.5") && err.contains("usize"),
+        "{err}"
+    );
     let err = e.apply_text_overrides(&["width"]).unwrap_err();
     assert!(matches!(err, ConfigError::MalformedOverride { .. }));
     let err = e.apply_text_overrides(&["depth=3"]).unwrap_err();
@@ -130,12 +188,28 @@ fn text_overrides_parse_by_field_type() {
 
 #[test]
 fn presets_and_overrides() {
-    let r = MyExp::from_preset("current", &[("max_epochs", ConfigValue::Int(40)), ("width", ConfigValue::Int(1))])
-        .unwrap();
-    assert_eq!((*r.experiment.width, *r.experiment.smoothing, r.experiment.max_epochs), (1, 0.05, 40));
+    let r = MyExp::from_preset(
+        "current",
+        &[
+            ("max_epochs", ConfigValue::Int(40)),
+            ("width", ConfigValue::Int(1)),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            *r.experiment.width,
+            *r.experiment.smoothing,
+            r.experiment.max_epochs
+        ),
+        (1, 0.05, 40)
+    );
     assert_eq!(r.preset.as_deref(), Some("current"));
     let err = MyExp::from_preset("newest", &[]).unwrap_err().to_string();
-    assert!(err.contains("`newest`") && err.contains("reference_v1, current"), "{err}");
+    assert!(
+        err.contains("`newest`") && err.contains("reference_v1, current"),
+        "{err}"
+    );
     let plain = MyExp::from_overrides(&[]).unwrap();
     assert_eq!((plain.experiment, plain.preset), (MyExp::defaults(), None));
 }
@@ -145,15 +219,40 @@ fn device_values_are_dtype_tagged_and_settable() {
     let mut e = MyExp::defaults();
     e.class_weights.0 = vec![1.0, 2.0];
     let vals = e.device_values();
-    assert_eq!(vals[0], ("smoothing", DeviceValue { shape: vec![], data: DeviceData::F32(vec![0.05]) }));
+    assert_eq!(
+        vals[0],
+        (
+            "smoothing",
+            DeviceValue {
+                shape: vec![],
+                data: DeviceData::F32(vec![0.05])
+            }
+        )
+    );
     assert_eq!(vals[1].1.shape, vec![2]);
-    e.set_device_value("smoothing", &DeviceValue { shape: vec![], data: DeviceData::F32(vec![0.5]) }).unwrap();
+    e.set_device_value(
+        "smoothing",
+        &DeviceValue {
+            shape: vec![],
+            data: DeviceData::F32(vec![0.5]),
+        },
+    )
+    .unwrap();
     assert_eq!(*e.smoothing, 0.5);
-    let wrong = DeviceValue { shape: vec![], data: DeviceData::I32(vec![1]) };
+    let wrong = DeviceValue {
+        shape: vec![],
+        data: DeviceData::I32(vec![1]),
+    };
     assert!(e.set_device_value("smoothing", &wrong).is_err());
     let err = e.set_device_value("width", &wrong).unwrap_err().to_string();
-    assert!(err.contains("GraphConst") && err.contains("new run"), "{err}");
-    let err = e.set_device_value("max_epochs", &wrong).unwrap_err().to_string();
+    assert!(
+        err.contains("GraphConst") && err.contains("new run"),
+        "{err}"
+    );
+    let err = e
+        .set_device_value("max_epochs", &wrong)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("Host") && err.contains("no trace"), "{err}");
 }
 
@@ -166,10 +265,24 @@ fn compile_view_keeps_graph_consts_traces_devices_strips_host() {
         asked.len() as u32
     });
     assert_eq!(asked, ["smoothing", "class_weights"]);
-    assert_eq!((view.width, view.layers.clone(), view.smoothing, view.class_weights), (128, vec![4, 8], 1, 2));
+    assert_eq!(
+        (
+            view.width,
+            view.layers.clone(),
+            view.smoothing,
+            view.class_weights
+        ),
+        (128, vec![4, 8], 1, 2)
+    );
     assert_eq!(view.images.field_name(), "images");
     assert_eq!(format!("{:?}", view.max_epochs), "StrippedHost(max_epochs)");
-    assert_eq!(e.graph_const_values(), vec![("width", ConfigValue::Int(128)), ("layers", e.layers.to_config())]);
+    assert_eq!(
+        e.graph_const_values(),
+        vec![
+            ("width", ConfigValue::Int(128)),
+            ("layers", e.layers.to_config())
+        ]
+    );
 }
 
 /// Generic over a GraphConst type and a Host type.
@@ -186,7 +299,8 @@ pub struct Generic<A: ContentHash + Clone, H: ConfigField + Default, const N: us
 fn generic_experiments_work() {
     type G = Generic<(u8, bool), String, 2>;
     let mut g = G::defaults();
-    g.set_field("knob", &ConfigValue::parse("[3, true]").unwrap()).unwrap();
+    g.set_field("knob", &ConfigValue::parse("[3, true]").unwrap())
+        .unwrap();
     g.set_field_text("note", "hello").unwrap();
     assert_eq!((g.knob.0, g.note.as_str()), ((3, true), "hello"));
     let view = g.compile_view(|_| "t");
@@ -245,20 +359,31 @@ impl ExperimentFields for Manual {
         Ok(())
     }
     fn device_values(&self) -> Vec<(&'static str, DeviceValue)> {
-        vec![("temperature", nitro_markers::DeviceInput::to_device_value(&self.temperature.0))]
+        vec![(
+            "temperature",
+            nitro_markers::DeviceInput::to_device_value(&self.temperature.0),
+        )]
     }
     fn set_device_value(&mut self, name: &str, value: &DeviceValue) -> Result<(), ConfigError> {
         match name {
             "temperature" => {
-                self.temperature.0 = nitro_markers::DeviceInput::from_device_value(value)
-                    .map_err(|e| ConfigError::bad_value(name, &ConfigValue::Str(format!("{value:?}")), e))?;
+                self.temperature.0 =
+                    nitro_markers::DeviceInput::from_device_value(value).map_err(|e| {
+                        ConfigError::bad_value(name, &ConfigValue::Str(format!("{value:?}")), e)
+                    })?;
                 Ok(())
             }
-            other => Err(ConfigError::not_device(other, Self::category(other).unwrap_or(Category::Host))),
+            other => Err(ConfigError::not_device(
+                other,
+                Self::category(other).unwrap_or(Category::Host),
+            )),
         }
     }
     fn compile_view<T>(&self, mut device: impl FnMut(&'static str) -> T) -> ManualView<T> {
-        ManualView { depth: *self.depth, temperature: device("temperature") }
+        ManualView {
+            depth: *self.depth,
+            temperature: device("temperature"),
+        }
     }
 }
 
@@ -269,10 +394,14 @@ fn hand_written_impl_gets_the_fallbacks() {
     let r = Manual::from_overrides(&[("depth", ConfigValue::Int(3))]).unwrap();
     assert_eq!(*r.experiment.depth, 3);
     let mut m = r.experiment;
-    m.apply_text_overrides(&["seed=7", "temperature=0.5"]).unwrap();
+    m.apply_text_overrides(&["seed=7", "temperature=0.5"])
+        .unwrap();
     assert_eq!((m.seed, *m.temperature), (7, 0.5));
     let meta = m.config_metadata();
-    assert_eq!(meta.iter().map(|r| r.name).collect::<Vec<_>>(), ["depth", "temperature", "seed"]);
+    assert_eq!(
+        meta.iter().map(|r| r.name).collect::<Vec<_>>(),
+        ["depth", "temperature", "seed"]
+    );
     assert_eq!(meta[2].category, Category::Host);
     let view = m.compile_view(|n| n.len());
     assert_eq!((view.depth, view.temperature), (3, 11));

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use nitro_markers::{ConfigError, ConfigValue, Device, Experiment, ExperimentFields, GraphConst, Preset};
+use nitro_markers::{
+    ConfigError, ConfigValue, Device, Experiment, ExperimentFields, GraphConst, Preset,
+};
 use proptest::prelude::*;
 
 /// A test experiment.
@@ -29,7 +31,10 @@ pub struct Exp {
 fn presets() -> Vec<Preset> {
     vec![
         Preset::new("small").set("width", 4u32).set("depth", 1u8),
-        Preset::new("big").set("width", 512u32).set("smoothing", 0.5f32).set("name", "big".to_string()),
+        Preset::new("big")
+            .set("width", 512u32)
+            .set("smoothing", 0.5f32)
+            .set("name", "big".to_string()),
         Preset::new("empty"),
     ]
 }

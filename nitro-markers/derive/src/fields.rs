@@ -51,7 +51,10 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
         (Some(l), _) => l,
         (None, [one]) => syn::parse_quote!(#one),
         (None, _) => {
-            let first = fields.iter().map(|f| option_inner(&f.ty).unwrap_or(&f.ty)).next();
+            let first = fields
+                .iter()
+                .map(|f| option_inner(&f.ty).unwrap_or(&f.ty))
+                .next();
             match first {
                 Some(t) if type_params.is_empty() => t.clone(),
                 _ => {

@@ -29,9 +29,13 @@ pub fn derive_experiment(input: TokenStream) -> TokenStream {
 pub fn marker_table(args: TokenStream, input: TokenStream) -> TokenStream {
     if !args.is_empty() {
         let msg = "`#[marker_table]` takes no arguments";
-        return syn::Error::new(proc_macro2::Span::call_site(), msg).into_compile_error().into();
+        return syn::Error::new(proc_macro2::Span::call_site(), msg)
+            .into_compile_error()
+            .into();
     }
-    emit(experiment::marker_table(parse_macro_input!(input as DeriveInput)))
+    emit(experiment::marker_table(parse_macro_input!(
+        input as DeriveInput
+    )))
 }
 
 /// Implements `nitro_markers::BatchFields` for a hook's batch struct.

@@ -2,7 +2,9 @@
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
-use syn::{Attribute, Data, DeriveInput, Expr, Fields, GenericArgument, Ident, PathArguments, Type};
+use syn::{
+    Attribute, Data, DeriveInput, Expr, Fields, GenericArgument, Ident, PathArguments, Type,
+};
 
 /// A field category, as the declaration says.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -47,7 +49,11 @@ impl Field {
 
 pub fn type_text(ty: &impl ToTokens) -> String {
     let text = ty.to_token_stream().to_string();
-    text.replace(" < ", "<").replace("< ", "<").replace(" >", ">").replace(" ,", ",").replace(" ;", ";")
+    text.replace(" < ", "<")
+        .replace("< ", "<")
+        .replace(" >", ">")
+        .replace(" ,", ",")
+        .replace(" ;", ";")
 }
 
 pub fn doc_text(attrs: &[Attribute]) -> String {
@@ -56,7 +62,10 @@ pub fn doc_text(attrs: &[Attribute]) -> String {
         .filter(|a| a.path().is_ident("doc"))
         .filter_map(|a| match &a.meta {
             syn::Meta::NameValue(nv) => match &nv.value {
-                Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => Some(s.value().trim().to_string()),
+                Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) => Some(s.value().trim().to_string()),
                 _ => None,
             },
             _ => None,
@@ -74,7 +83,9 @@ fn marker(ty: &Type) -> Option<(Category, Type)> {
         "Host" => Category::MarkedHost,
         _ => return None,
     };
-    let PathArguments::AngleBracketed(args) = &last.arguments else { return None };
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
     match args.args.first()? {
         GenericArgument::Type(inner) if args.args.len() == 1 => Some((category, inner.clone())),
         _ => None,
@@ -85,9 +96,15 @@ pub fn named_fields(input: &DeriveInput, what: &str) -> syn::Result<Vec<syn::Fie
     match &input.data {
         Data::Struct(s) => match &s.fields {
             Fields::Named(named) => Ok(named.named.iter().cloned().collect()),
-            _ => Err(syn::Error::new_spanned(&input.ident, format!("{what} needs a struct with named fields"))),
+            _ => Err(syn::Error::new_spanned(
+                &input.ident,
+                format!("{what} needs a struct with named fields"),
+            )),
         },
-        _ => Err(syn::Error::new_spanned(&input.ident, format!("{what} needs a struct with named fields"))),
+        _ => Err(syn::Error::new_spanned(
+            &input.ident,
+            format!("{what} needs a struct with named fields"),
+        )),
     }
 }
 
@@ -124,7 +141,11 @@ pub fn parse_fields(input: &DeriveInput) -> syn::Result<Vec<Field>> {
 /// The struct-level `#[experiment(presets = path)]`.
 pub fn presets_path(input: &DeriveInput) -> syn::Result<Option<syn::Path>> {
     let mut path = None;
-    for attr in input.attrs.iter().filter(|a| a.path().is_ident("experiment")) {
+    for attr in input
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("experiment"))
+    {
         attr.parse_nested_meta(|meta| {
             if meta.path.is_ident("presets") {
                 path = Some(meta.value()?.parse()?);
@@ -139,14 +160,21 @@ pub fn presets_path(input: &DeriveInput) -> syn::Result<Option<syn::Path>> {
 
 /// The markdown marker table appended to the struct's docs.
 pub fn table(fields: &[Field]) -> String {
-    let mut out = String::from("\n\n# Fields\n\n| field | category | type | default |\n|---|---|---|---|\n");
+    let mut out =
+        String::from("\n\n# Fields\n\n| field | category | type | default |\n|---|---|---|---|\n");
     for f in fields {
         let default = match &f.default {
             Some(e) => format!("`{}`", type_text(e)),
             None => "`Default::default()`".into(),
         };
         let ty = type_text(&f.inner).replace('|', "\\|");
-        out += &format!("| `{}` | {} | `{}` | {} |\n", f.name(), f.category.label(), ty, default.replace('|', "\\|"));
+        out += &format!(
+            "| `{}` | {} | `{}` | {} |\n",
+            f.name(),
+            f.category.label(),
+            ty,
+            default.replace('|', "\\|")
+        );
     }
     out
 }

@@ -8,7 +8,10 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
     let name = &input.ident;
     let m = quote!(::nitro_markers);
     let Data::Struct(data) = &input.data else {
-        return Err(syn::Error::new_spanned(name, "#[derive(Tree)] needs a struct"));
+        return Err(syn::Error::new_spanned(
+            name,
+            "#[derive(Tree)] needs a struct",
+        ));
     };
     let members: Vec<(Member, String, &syn::Type)> = match &data.fields {
         Fields::Named(f) => f
@@ -19,16 +22,23 @@ pub fn derive(input: DeriveInput) -> syn::Result<TokenStream> {
                 (Member::Named(id.clone()), id.to_string(), &f.ty)
             })
             .collect(),
-        Fields::Unnamed(f) => {
-            f.unnamed.iter().enumerate().map(|(i, f)| (Member::Unnamed(Index::from(i)), i.to_string(), &f.ty)).collect()
-        }
+        Fields::Unnamed(f) => f
+            .unnamed
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (Member::Unnamed(Index::from(i)), i.to_string(), &f.ty))
+            .collect(),
         Fields::Unit => Vec::new(),
     };
     let mut generics = input.generics.clone();
-    generics.params.push(syn::parse_quote!(__NitroK: #m::LeafKind));
+    generics
+        .params
+        .push(syn::parse_quote!(__NitroK: #m::LeafKind));
     let where_clause = generics.make_where_clause();
     for (_, _, ty) in &members {
-        where_clause.predicates.push(syn::parse_quote!(#ty: #m::Tree<__NitroK>));
+        where_clause
+            .predicates
+            .push(syn::parse_quote!(#ty: #m::Tree<__NitroK>));
     }
     let (impl_g, _, where_clause) = generics.split_for_impl();
     let (_, ty_g, _) = input.generics.split_for_impl();
