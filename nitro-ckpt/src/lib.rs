@@ -38,8 +38,10 @@
 //! - Tensor regions must tile the data section exactly, so no byte of the
 //!   file escapes a checksum or a structural check.
 //! - Every length is checked against the file size before allocation, the
-//!   index is capped at [`format::MAX_INDEX_BYTES`] and CBOR nesting at
-//!   [`format::MAX_DEPTH`]: a hostile file gives an [`Error`], not a panic.
+//!   index is capped at [`format::MAX_INDEX_BYTES`], every CBOR length in it
+//!   is checked against the bytes that remain before serde pre-allocates,
+//!   and nesting is capped at [`format::MAX_DEPTH`]: a hostile file gives an
+//!   [`Error`], never a panic or an allocation out of proportion to its size.
 //! - Version 1 (a flat `tree/path` tensor list and no preset, schedule or
 //!   user fields) is still read and migrated; see [`format::OLDEST_READABLE`].
 //!

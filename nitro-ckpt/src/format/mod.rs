@@ -3,6 +3,7 @@
 
 mod cbor_head;
 mod index;
+mod prescan;
 pub(crate) mod read;
 pub(crate) mod write;
 

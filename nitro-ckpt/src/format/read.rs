@@ -230,6 +230,7 @@ fn read_at<S: Read + Seek>(source: &mut S, offset: u64, buf: &mut [u8]) -> std::
 }
 
 fn decode_index<T: serde::de::DeserializeOwned>(index: &[u8]) -> Result<T, String> {
+    super::prescan::prescan(index, MAX_DEPTH)?;
     let mut rest = index;
     let value = ciborium::de::from_reader_with_recursion_limit(&mut rest, MAX_DEPTH)
         .map_err(|e| format!("does not decode: {e}"))?;
