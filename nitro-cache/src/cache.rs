@@ -190,10 +190,13 @@ impl<V> State<V> {
                 .kinds
                 .iter()
                 .flat_map(|(kind, table)| {
-                    table.slots.iter().filter_map(move |(digest, slot)| match slot {
-                        Slot::Ready(e) => Some((e.last_used, kind, *digest)),
-                        Slot::Pending => None,
-                    })
+                    table
+                        .slots
+                        .iter()
+                        .filter_map(move |(digest, slot)| match slot {
+                            Slot::Ready(e) => Some((e.last_used, kind, *digest)),
+                            Slot::Pending => None,
+                        })
                 })
                 .min_by_key(|(tick, _, _)| *tick)
                 .map(|(_, kind, digest)| (kind.clone(), digest));
@@ -368,7 +371,10 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
         let gone = table.gone.get(&digest).copied();
         let candidates: Vec<(Key, u64)> = match gone {
             Some(_) => Vec::new(),
-            None => table.ready().map(|e| (e.key.clone(), e.last_used)).collect(),
+            None => table
+                .ready()
+                .map(|e| (e.key.clone(), e.last_used))
+                .collect(),
         };
         drop(state);
         let mut pending = PendingGuard {
@@ -421,8 +427,10 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
         );
         if table.stats.live > threshold && !table.stats.pileup_warned {
             table.stats.pileup_warned = true;
-            let mut live: Vec<(u64, Key)> =
-                table.ready().map(|e| (e.last_used, e.key.clone())).collect();
+            let mut live: Vec<(u64, Key)> = table
+                .ready()
+                .map(|e| (e.last_used, e.key.clone()))
+                .collect();
             live.sort_by_key(|(tick, _)| *tick);
             pileup_keys = Some(live.into_iter().map(|(_, key)| key).collect::<Vec<_>>());
         }
@@ -453,7 +461,10 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
                 Some(table) => (
                     matches!(table.slots.get(&digest), Some(Slot::Ready(_))),
                     table.gone.get(&digest).copied(),
-                    table.ready().map(|e| (e.key.clone(), e.last_used)).collect(),
+                    table
+                        .ready()
+                        .map(|e| (e.key.clone(), e.last_used))
+                        .collect(),
                 ),
             }
         };

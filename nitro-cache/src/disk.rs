@@ -158,8 +158,10 @@ impl DiskStore {
 
     /// The file that holds `(kind, key)`.
     pub fn path_for(&self, kind: &str, key: &Key) -> PathBuf {
-        self.dir
-            .join(format!("{}.{ENTRY_EXTENSION}", hex(&self.entry_id(kind, key))))
+        self.dir.join(format!(
+            "{}.{ENTRY_EXTENSION}",
+            hex(&self.entry_id(kind, key))
+        ))
     }
 
     /// Read and verify the entry for `(kind, key)`. A file that fails

@@ -185,7 +185,8 @@ impl Compound<'_> {
         if let Some((p_start, p_end)) = self.previous_key {
             let previous = Value::decode(&self.out[p_start..p_end]);
             let next = Value::decode(&self.out[start..end]);
-            let ascending = matches!((&previous, &next), (Ok(p), Ok(n)) if p.canonical_cmp(n).is_lt());
+            let ascending =
+                matches!((&previous, &next), (Ok(p), Ok(n)) if p.canonical_cmp(n).is_lt());
             if !ascending {
                 let render = |v: Result<Value, _>| v.map(|v| v.to_string()).unwrap_or_default();
                 return Err(EncodeError::UnorderedMap {

@@ -54,7 +54,7 @@ pub(crate) fn churning_parts(keys: &[Key]) -> Vec<Churn> {
             })
         })
         .collect();
-    churn.sort_by(|a, b| b.distinct.cmp(&a.distinct));
+    churn.sort_by_key(|c| std::cmp::Reverse(c.distinct));
     churn
 }
 
@@ -67,7 +67,11 @@ pub(crate) fn message(kind: &str, threshold: usize, keys: &[Key]) -> String {
         churn
             .iter()
             .map(|c| {
-                let more = if c.distinct > c.samples.len() { ", …" } else { "" };
+                let more = if c.distinct > c.samples.len() {
+                    ", …"
+                } else {
+                    ""
+                };
                 format!(
                     "{} `{}` ({} values: {}{more})",
                     c.category,

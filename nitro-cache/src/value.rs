@@ -92,10 +92,14 @@ impl Value {
             }
             (
                 Variant {
-                    index: ia, body: ba, ..
+                    index: ia,
+                    body: ba,
+                    ..
                 },
                 Variant {
-                    index: ib, body: bb, ..
+                    index: ib,
+                    body: bb,
+                    ..
                 },
             ) => ia.cmp(ib).then_with(|| match (ba, bb) {
                 (VariantBody::Newtype(a), VariantBody::Newtype(b)) => a.canonical_cmp(b),

@@ -1,7 +1,7 @@
 //! The cache's counters: hits, misses, compiles, LRU eviction, owners, the
 //! pile-up warning, concurrency and failed compiles.
 
-#[path = "common_capture.rs"]
+#[path = "common/capture.rs"]
 mod common_capture;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,14 +50,23 @@ fn n_lookups_of_one_key_are_one_compile_and_n_minus_one_hits() {
 #[test]
 fn kinds_are_counted_separately() {
     let cache = CompileCache::new();
-    cache.get_or_compile("train_step", &key(1), None, compile_ok(1)).unwrap();
-    cache.get_or_compile("eval_step", &key(1), None, compile_ok(2)).unwrap();
-    let (v, outcome) = cache.get_or_compile("eval_step", &key(1), None, compile_ok(3)).unwrap();
+    cache
+        .get_or_compile("train_step", &key(1), None, compile_ok(1))
+        .unwrap();
+    cache
+        .get_or_compile("eval_step", &key(1), None, compile_ok(2))
+        .unwrap();
+    let (v, outcome) = cache
+        .get_or_compile("eval_step", &key(1), None, compile_ok(3))
+        .unwrap();
     assert_eq!((v, outcome.is_hit()), (2, true));
     let all = cache.stats_all();
     assert_eq!(all.keys().collect::<Vec<_>>(), ["eval_step", "train_step"]);
     assert_eq!((all["eval_step"].hits, all["train_step"].hits), (1, 0));
-    assert_eq!(all.values().fold(Stats::default(), |a, s| a.merge(*s)).live, 2);
+    assert_eq!(
+        all.values().fold(Stats::default(), |a, s| a.merge(*s)).live,
+        2
+    );
 }
 
 #[test]
@@ -67,11 +76,19 @@ fn eviction_is_least_recently_used() {
         pileup_threshold: 100,
     });
     for w in [1, 2, 3] {
-        cache.get_or_compile("step", &key(w), None, compile_ok(w)).unwrap();
+        cache
+            .get_or_compile("step", &key(w), None, compile_ok(w))
+            .unwrap();
     }
     // Touch 1, so 2 is now the least recently used.
-    assert!(cache.get_or_compile("step", &key(1), None, compile_ok(0)).unwrap().1.is_hit());
-    cache.get_or_compile("step", &key(4), None, compile_ok(4)).unwrap();
+    assert!(cache
+        .get_or_compile("step", &key(1), None, compile_ok(0))
+        .unwrap()
+        .1
+        .is_hit());
+    cache
+        .get_or_compile("step", &key(4), None, compile_ok(4))
+        .unwrap();
     assert_eq!(cache.stats("step").evictions, 1);
     assert_eq!(
         cache.explain_miss("step", &key(2)).reason,
@@ -81,22 +98,32 @@ fn eviction_is_least_recently_used() {
         assert_eq!(cache.explain_miss("step", &key(w)).reason, Reason::Live);
     }
     // Then 3 (untouched since insertion) goes next, across kinds too.
-    cache.get_or_compile("other", &key(9), None, compile_ok(9)).unwrap();
+    cache
+        .get_or_compile("other", &key(9), None, compile_ok(9))
+        .unwrap();
     assert_eq!(
         cache.explain_miss("step", &key(3)).reason,
         Reason::Gone(GoneCause::Evicted)
     );
     assert_eq!(cache.len(), 3);
-    let (_, outcome) = cache.get_or_compile("step", &key(2), None, compile_ok(2)).unwrap();
+    let (_, outcome) = cache
+        .get_or_compile("step", &key(2), None, compile_ok(2))
+        .unwrap();
     assert!(!outcome.is_hit());
-    assert!(outcome.explanation().unwrap().to_string().contains("evicted"));
+    assert!(outcome
+        .explanation()
+        .unwrap()
+        .to_string()
+        .contains("evicted"));
 }
 
 #[test]
 fn shrinking_the_capacity_evicts_at_once() {
     let cache = CompileCache::new();
     for w in 0..5 {
-        cache.get_or_compile("step", &key(w), None, compile_ok(w)).unwrap();
+        cache
+            .get_or_compile("step", &key(w), None, compile_ok(w))
+            .unwrap();
     }
     cache.configure(CacheConfig {
         capacity: 2,
@@ -110,11 +137,21 @@ fn dropping_the_owner_frees_its_entries() {
     let cache = CompileCache::new();
     let a = OwnerToken::new();
     let b = OwnerToken::new();
-    cache.get_or_compile("step", &key(1), Some(&a), compile_ok(1)).unwrap();
-    cache.get_or_compile("step", &key(2), Some(&a), compile_ok(2)).unwrap();
-    cache.get_or_compile("step", &key(2), Some(&b), compile_ok(2)).unwrap();
-    cache.get_or_compile("step", &key(3), Some(&a), compile_ok(3)).unwrap();
-    cache.get_or_compile("step", &key(3), None, compile_ok(3)).unwrap(); // pinned
+    cache
+        .get_or_compile("step", &key(1), Some(&a), compile_ok(1))
+        .unwrap();
+    cache
+        .get_or_compile("step", &key(2), Some(&a), compile_ok(2))
+        .unwrap();
+    cache
+        .get_or_compile("step", &key(2), Some(&b), compile_ok(2))
+        .unwrap();
+    cache
+        .get_or_compile("step", &key(3), Some(&a), compile_ok(3))
+        .unwrap();
+    cache
+        .get_or_compile("step", &key(3), None, compile_ok(3))
+        .unwrap(); // pinned
     assert_eq!(cache.stats("step").live, 3);
 
     drop(a);
@@ -135,7 +172,9 @@ fn an_owner_outliving_its_cache_is_harmless() {
     let owner = OwnerToken::new();
     {
         let cache = CompileCache::new();
-        cache.get_or_compile("step", &key(1), Some(&owner), compile_ok(1)).unwrap();
+        cache
+            .get_or_compile("step", &key(1), Some(&owner), compile_ok(1))
+            .unwrap();
     }
     drop(owner);
 }
@@ -146,7 +185,9 @@ fn dropped_values_are_released() {
     let owner = OwnerToken::new();
     let program = Arc::new("program");
     cache
-        .get_or_compile("step", &key(1), Some(&owner), || Ok::<_, ()>(program.clone()))
+        .get_or_compile("step", &key(1), Some(&owner), || {
+            Ok::<_, ()>(program.clone())
+        })
         .unwrap();
     assert_eq!(Arc::strong_count(&program), 2);
     drop(owner);
@@ -161,7 +202,9 @@ fn the_pileup_warning_fires_once_and_names_the_changing_part() {
     });
     let ((), log) = common_capture::capture(tracing::Level::WARN, || {
         for w in 0..8 {
-            cache.get_or_compile("train_step", &key(w), None, compile_ok(w)).unwrap();
+            cache
+                .get_or_compile("train_step", &key(w), None, compile_ok(w))
+                .unwrap();
         }
     });
     let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
@@ -221,8 +264,13 @@ fn a_failed_compile_caches_nothing() {
         .unwrap_err();
     assert_eq!(error, "shape mismatch");
     let stats = cache.stats("step");
-    assert_eq!((stats.failed_compiles, stats.compiles, stats.live), (1, 0, 0));
-    let (_, outcome) = cache.get_or_compile("step", &key(1), None, compile_ok(1)).unwrap();
+    assert_eq!(
+        (stats.failed_compiles, stats.compiles, stats.live),
+        (1, 0, 0)
+    );
+    let (_, outcome) = cache
+        .get_or_compile("step", &key(1), None, compile_ok(1))
+        .unwrap();
     assert!(!outcome.is_hit());
 }
 
@@ -230,10 +278,14 @@ fn a_failed_compile_caches_nothing() {
 fn a_panicking_compile_does_not_wedge_the_key() {
     let cache: CompileCache<usize> = CompileCache::new();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        cache.get_or_compile("step", &key(1), None, || -> Result<usize, ()> { panic!("boom") })
+        cache.get_or_compile("step", &key(1), None, || -> Result<usize, ()> {
+            panic!("boom")
+        })
     }));
     assert!(result.is_err());
-    let (v, _) = cache.get_or_compile("step", &key(1), None, compile_ok(5)).unwrap();
+    let (v, _) = cache
+        .get_or_compile("step", &key(1), None, compile_ok(5))
+        .unwrap();
     assert_eq!(v, 5);
     assert_eq!(cache.stats("step").failed_compiles, 1);
 }
@@ -245,10 +297,14 @@ fn the_global_cache_is_one_per_value_type() {
     let cache = nitro_cache::global::<Arc<Program>>();
     let k = key(77);
     cache
-        .get_or_compile("global_test", &k, None, || Ok::<_, ()>(Arc::new(Program(3))))
+        .get_or_compile("global_test", &k, None, || {
+            Ok::<_, ()>(Arc::new(Program(3)))
+        })
         .unwrap();
     let (p, outcome) = nitro_cache::global::<Arc<Program>>()
-        .get_or_compile("global_test", &k, None, || Ok::<_, ()>(Arc::new(Program(4))))
+        .get_or_compile("global_test", &k, None, || {
+            Ok::<_, ()>(Arc::new(Program(4)))
+        })
         .unwrap();
     assert!(outcome.is_hit());
     assert_eq!(p.0, 3);

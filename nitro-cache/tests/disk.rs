@@ -40,7 +40,11 @@ fn round_trip_across_two_processes() {
     }
     let dir = tempfile::tempdir().unwrap();
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["round_trip_across_two_processes", "--exact", "--test-threads=1"])
+        .args([
+            "round_trip_across_two_processes",
+            "--exact",
+            "--test-threads=1",
+        ])
         .env(CHILD_DIR, dir.path())
         .status()
         .unwrap();
@@ -75,9 +79,17 @@ fn a_truncated_entry_is_rejected_and_rebuilt() {
             .unwrap();
         assert_eq!(
             (bytes, outcome),
-            (ptx(2, 1000), DiskOutcome::Built { rejected: Some(RejectReason::Truncated) })
+            (
+                ptx(2, 1000),
+                DiskOutcome::Built {
+                    rejected: Some(RejectReason::Truncated)
+                }
+            )
         );
-        assert_eq!(store.lookup("ptx", &key("gemm")).unwrap(), DiskLookup::Hit(ptx(2, 1000)));
+        assert_eq!(
+            store.lookup("ptx", &key("gemm")).unwrap(),
+            DiskLookup::Hit(ptx(2, 1000))
+        );
     }
 }
 
@@ -127,7 +139,10 @@ fn corrupt_wrong_and_foreign_entries_are_rejected() {
         store.lookup("ptx", &key("gemm")).unwrap(),
         DiskLookup::Rejected(RejectReason::ForeignFingerprint)
     );
-    assert_eq!(store.lookup("ptx", &key("gemm")).unwrap(), DiskLookup::Missing);
+    assert_eq!(
+        store.lookup("ptx", &key("gemm")).unwrap(),
+        DiskLookup::Missing
+    );
 }
 
 #[test]
@@ -180,8 +195,15 @@ fn concurrent_writers_never_leave_a_partial_entry() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(leftovers.len(), 1, "temporary files left behind: {leftovers:?}");
-    assert!(matches!(store.lookup("ptx", &key("gemm")).unwrap(), DiskLookup::Hit(_)));
+    assert_eq!(
+        leftovers.len(),
+        1,
+        "temporary files left behind: {leftovers:?}"
+    );
+    assert!(matches!(
+        store.lookup("ptx", &key("gemm")).unwrap(),
+        DiskLookup::Hit(_)
+    ));
 }
 
 #[test]
@@ -208,12 +230,18 @@ fn the_size_cap_drops_least_recently_used_entries() {
         set_age(name, age);
     }
     // A hit on "a" makes it the most recently used.
-    assert!(matches!(store.lookup("ptx", &key("a")).unwrap(), DiskLookup::Hit(_)));
+    assert!(matches!(
+        store.lookup("ptx", &key("a")).unwrap(),
+        DiskLookup::Hit(_)
+    ));
     store.store("ptx", &key("d"), &ptx(0, 1000)).unwrap();
     assert!(store.total_bytes().unwrap() <= 3 * 1200);
     assert_eq!(store.lookup("ptx", &key("b")).unwrap(), DiskLookup::Missing);
     for name in ["a", "c", "d"] {
-        assert!(matches!(store.lookup("ptx", &key(name)).unwrap(), DiskLookup::Hit(_)), "{name}");
+        assert!(
+            matches!(store.lookup("ptx", &key(name)).unwrap(), DiskLookup::Hit(_)),
+            "{name}"
+        );
     }
     // An entry larger than the cap is not written at all.
     assert!(!store.store("ptx", &key("huge"), &ptx(0, 5000)).unwrap());

@@ -8,7 +8,10 @@ use serde::Serialize;
 
 #[derive(Serialize)]
 enum Optimizer {
-    Adam { lr: f64, betas: (f64, f64) },
+    Adam {
+        lr: f64,
+        betas: (f64, f64),
+    },
     #[allow(dead_code)]
     Sgd(f32),
 }
@@ -49,7 +52,10 @@ fn golden_key_hex_is_pinned() {
 /// The exact stream of a one-part key, byte by byte, as the docs describe it.
 #[test]
 fn stream_layout_is_as_documented() {
-    let key = KeyBuilder::new().graph_const("w", &300u16).finish().unwrap();
+    let key = KeyBuilder::new()
+        .graph_const("w", &300u16)
+        .finish()
+        .unwrap();
     let mut expected = b"nitro-cache key v1\n".to_vec();
     expected.push(2); // category: graph_const
     expected.extend_from_slice(&1u64.to_le_bytes()); // name length

@@ -1,10 +1,10 @@
 //! Explain-a-miss: the exact text for changed, added, removed and reordered
 //! parts, the nearest entry, and the compile log.
 
-#[path = "common_capture.rs"]
+#[path = "common/capture.rs"]
 mod common_capture;
 
-use nitro_cache::{diff_keys, Change, Category, CompileCache, Key, KeyBuilder, Reason};
+use nitro_cache::{diff_keys, Category, Change, CompileCache, Key, KeyBuilder, Reason};
 
 fn base() -> KeyBuilder {
     KeyBuilder::new().part("experiment", "Mnist")
@@ -16,7 +16,9 @@ fn compile() -> Result<u8, String> {
 
 fn cache_with(key: &Key) -> CompileCache<u8> {
     let cache = CompileCache::new();
-    cache.get_or_compile("train_step", key, None, compile).unwrap();
+    cache
+        .get_or_compile("train_step", key, None, compile)
+        .unwrap();
     cache
 }
 
@@ -37,7 +39,9 @@ fn changed_parts_print_old_and_new_values() {
         cache.explain_miss("train_step", &new).to_string(),
         "train_step: graph_const `width` 128 -> 256; input `img` f32[256,784] -> f32[200,784]"
     );
-    let (_, outcome) = cache.get_or_compile("train_step", &new, None, compile).unwrap();
+    let (_, outcome) = cache
+        .get_or_compile("train_step", &new, None, compile)
+        .unwrap();
     assert_eq!(
         outcome.explanation().unwrap().to_string(),
         "train_step: graph_const `width` 128 -> 256; input `img` f32[256,784] -> f32[200,784]"
@@ -53,7 +57,9 @@ fn an_added_part_is_named_with_its_value() {
         .finish()
         .unwrap();
     assert_eq!(
-        cache_with(&old).explain_miss("train_step", &new).to_string(),
+        cache_with(&old)
+            .explain_miss("train_step", &new)
+            .to_string(),
         "train_step: added graph_const `depth` 8"
     );
 }
@@ -67,7 +73,9 @@ fn a_removed_part_is_named_with_its_old_value() {
         .unwrap();
     let new = base().input_sig("img", "f32[256,784]").finish().unwrap();
     assert_eq!(
-        cache_with(&old).explain_miss("train_step", &new).to_string(),
+        cache_with(&old)
+            .explain_miss("train_step", &new)
+            .to_string(),
         "train_step: removed input `mask` bool[256]"
     );
 }
@@ -87,7 +95,9 @@ fn changed_added_and_removed_together_in_order() {
         .finish()
         .unwrap();
     assert_eq!(
-        cache_with(&old).explain_miss("train_step", &new).to_string(),
+        cache_with(&old)
+            .explain_miss("train_step", &new)
+            .to_string(),
         "train_step: graph_const `width` 128 -> 64; added graph_const `classes` [0, 1, 2]; \
          removed config `optimizer` adam"
     );
@@ -116,10 +126,20 @@ fn a_part_that_changes_category_is_removed_and_added() {
 
 #[test]
 fn reordered_parts_say_so() {
-    let old = base().graph_const("a", &1u8).graph_const("b", &2u8).finish().unwrap();
-    let new = base().graph_const("b", &2u8).graph_const("a", &1u8).finish().unwrap();
+    let old = base()
+        .graph_const("a", &1u8)
+        .graph_const("b", &2u8)
+        .finish()
+        .unwrap();
+    let new = base()
+        .graph_const("b", &2u8)
+        .graph_const("a", &1u8)
+        .finish()
+        .unwrap();
     assert_eq!(
-        cache_with(&old).explain_miss("train_step", &new).to_string(),
+        cache_with(&old)
+            .explain_miss("train_step", &new)
+            .to_string(),
         "train_step: parts reordered"
     );
 }
@@ -135,9 +155,15 @@ fn the_diff_is_against_the_nearest_entry() {
             .unwrap()
     };
     let cache = CompileCache::new();
-    cache.get_or_compile("train_step", &key(128, 4, 256), None, compile).unwrap();
-    cache.get_or_compile("train_step", &key(512, 8, 100), None, compile).unwrap();
-    cache.get_or_compile("eval_step", &key(128, 8, 256), None, compile).unwrap();
+    cache
+        .get_or_compile("train_step", &key(128, 4, 256), None, compile)
+        .unwrap();
+    cache
+        .get_or_compile("train_step", &key(512, 8, 100), None, compile)
+        .unwrap();
+    cache
+        .get_or_compile("eval_step", &key(128, 8, 256), None, compile)
+        .unwrap();
     let explanation = cache.explain_miss("train_step", &key(128, 8, 256));
     assert_eq!(
         explanation.to_string(),
@@ -157,7 +183,9 @@ fn first_compile_and_live_keys() {
         cache.explain_miss("train_step", &key).to_string(),
         "train_step: first compile (no live entry of this kind)"
     );
-    cache.get_or_compile("train_step", &key, None, compile).unwrap();
+    cache
+        .get_or_compile("train_step", &key, None, compile)
+        .unwrap();
     assert_eq!(
         cache.explain_miss("train_step", &key).to_string(),
         format!("train_step: key {key} is live (a lookup hits)")
@@ -166,10 +194,21 @@ fn first_compile_and_live_keys() {
 
 #[test]
 fn long_values_are_cut() {
-    let old = base().graph_const("table", &vec![0u32; 100]).finish().unwrap();
-    let new = base().graph_const("table", &vec![1u32; 100]).finish().unwrap();
-    let text = cache_with(&old).explain_miss("train_step", &new).to_string();
-    assert!(text.starts_with("train_step: graph_const `table` [0, 0, 0"), "{text}");
+    let old = base()
+        .graph_const("table", &vec![0u32; 100])
+        .finish()
+        .unwrap();
+    let new = base()
+        .graph_const("table", &vec![1u32; 100])
+        .finish()
+        .unwrap();
+    let text = cache_with(&old)
+        .explain_miss("train_step", &new)
+        .to_string();
+    assert!(
+        text.starts_with("train_step: graph_const `table` [0, 0, 0"),
+        "{text}"
+    );
     assert!(text.contains("… -> [1, 1"), "{text}");
     assert!(text.chars().count() < 200, "{text}");
 }
@@ -180,7 +219,9 @@ fn a_miss_is_logged_at_debug_and_every_compile_at_info_with_the_switch() {
     let new = base().graph_const("width", &2usize).finish().unwrap();
     let cache = cache_with(&old);
     let (_, debug_log) = common_capture::capture(tracing::Level::DEBUG, || {
-        cache.get_or_compile("train_step", &new, None, compile).unwrap();
+        cache
+            .get_or_compile("train_step", &new, None, compile)
+            .unwrap();
     });
     assert!(
         debug_log.contains("DEBUG nitro_cache: compiling train_step: graph_const `width` 1 -> 2"),
@@ -190,12 +231,16 @@ fn a_miss_is_logged_at_debug_and_every_compile_at_info_with_the_switch() {
     let newer = base().graph_const("width", &3usize).finish().unwrap();
     nitro_cache::set_log_compiles(true);
     let (_, info_log) = common_capture::capture(tracing::Level::INFO, || {
-        cache.get_or_compile("train_step", &newer, None, compile).unwrap();
+        cache
+            .get_or_compile("train_step", &newer, None, compile)
+            .unwrap();
         // A hit logs nothing.
-        cache.get_or_compile("train_step", &newer, None, compile).unwrap();
+        cache
+            .get_or_compile("train_step", &newer, None, compile)
+            .unwrap();
     });
     nitro_cache::set_log_compiles(false);
-    assert!(nitro_cache::log_compiles() == false);
+    assert!(!nitro_cache::log_compiles());
     let lines: Vec<&str> = info_log.lines().collect();
     assert_eq!(lines.len(), 1, "{info_log}");
     assert!(

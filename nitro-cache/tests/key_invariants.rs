@@ -205,7 +205,11 @@ fn exhaustive_small_lists_never_collide() {
     }
     let mut lists: Vec<Vec<(Category, &str, &str)>> = vec![vec![]];
     for len in 1..=3 {
-        let previous: Vec<_> = lists.iter().filter(|l| l.len() == len - 1).cloned().collect();
+        let previous: Vec<_> = lists
+            .iter()
+            .filter(|l| l.len() == len - 1)
+            .cloned()
+            .collect();
         for list in previous {
             for part in &parts {
                 if !list.iter().any(|(c, n, _)| (*c, *n) == (part.0, part.1)) {

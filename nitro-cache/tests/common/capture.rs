@@ -6,10 +6,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use tracing_subscriber::fmt::MakeWriter;
 
+/// A shared byte buffer that a `fmt` subscriber writes into.
 #[derive(Clone, Default)]
 pub struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
+    /// Everything written so far.
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock()).into_owned()
     }
