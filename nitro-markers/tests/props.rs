@@ -129,7 +129,22 @@ proptest! {
     }
 
     #[test]
+    fn parsing_arbitrary_text_never_panics(text in "\\PC{0,40}") {
+        let _ = ConfigValue::parse(&text);
+        let mut e = Exp::defaults();
+        let _ = e.apply_text_overrides(&[&format!("width={text}"), &format!("name={text}")]);
+    }
+
+    #[test]
     fn canonical_bytes_are_injective(a in value(), b in value()) {
         prop_assert_eq!(a.canonical_bytes() == b.canonical_bytes(), a == b);
     }
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_stack_overflow() {
+    let text = "[".repeat(10_000);
+    assert!(ConfigValue::parse(&text)
+        .unwrap_err()
+        .contains("nested deeper"));
 }
