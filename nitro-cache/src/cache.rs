@@ -343,7 +343,9 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
         let mut state = self.shared.state.lock();
         loop {
             let tick = state.next_tick();
-            let table = state.table(kind);
+            let Some(table) = state.kinds.get_mut(kind) else {
+                break;
+            };
             match table.slots.get_mut(&digest) {
                 Some(Slot::Ready(entry)) => {
                     entry.last_used = tick;

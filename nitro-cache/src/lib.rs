@@ -17,9 +17,10 @@
 //!
 //! # Encoding
 //!
-//! A key hashes a stream of parts, each framed as `category tag (u8)`,
-//! `name (u64 LE length + UTF-8)`, `value (u64 LE length + bytes)` (see
-//! [`key`](crate::Key) for the header). A value's bytes are its canonical
+//! A key is `blake3` of a stream: the header `nitro-cache key v1\n`, then
+//! each part framed as `category tag (u8)`, `name (u64 LE length + UTF-8)`,
+//! `value (u64 LE length + bytes)`, so the stream parses back into exactly
+//! one part list ([`Key::stream`] returns it). A value's bytes are its canonical
 //! encoding through serde: one tag byte per item, little-endian fixed-width
 //! numbers, length-prefixed strings, counted sequences, type and variant
 //! names included (the table is in the `encoding` module source). Maps must
