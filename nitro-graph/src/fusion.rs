@@ -90,6 +90,9 @@ const READY: i64 = -1;
 
 struct Fuser<'g> {
     graph: &'g Graph,
+    /// Index in `main` of the group holding scalar arithmetic on inputs
+    /// only (hyperparameter math): it runs first, so every group can read it.
+    scalar_group: Option<usize>,
     group_of: Vec<Option<usize>>,
     kernel_of: Vec<Option<usize>>,
     stored: Vec<bool>,
@@ -153,6 +156,7 @@ impl<'g> Fuser<'g> {
             Op::Input { .. } | Op::Literal { .. } | Op::Fill { .. } | Op::Iota { .. } => READY,
             Op::Reshape { .. } => self.ready_at(node.args[0]),
             _ => match (self.group_of[n], self.kernel_of[n]) {
+                (Some(g), _) if Some(g) == self.scalar_group => READY,
                 (Some(g), _) => g as i64,
                 (None, Some(k)) => k as i64,
                 (None, None) => self.main.len() as i64,
@@ -197,8 +201,38 @@ impl<'g> Fuser<'g> {
         })
     }
 
+    /// Whether `n` reads only inputs, constants and scalar-group members.
+    fn reads_only_inputs(&self, n: NodeId) -> bool {
+        self.graph.nodes[n].args.iter().all(|&a| {
+            let mut b = a;
+            while let Op::Reshape { .. } | Op::Broadcast { .. } = self.graph.nodes[b].op {
+                b = self.graph.nodes[b].args[0];
+            }
+            match self.graph.nodes[b].op {
+                Op::Input { .. } | Op::Literal { .. } | Op::Fill { .. } | Op::Iota { .. } => true,
+                _ => self.scalar_group.is_some() && self.group_of[b] == self.scalar_group,
+            }
+        })
+    }
+
     fn add_elementwise(&mut self, n: NodeId) {
         let numel = self.graph.nodes[n].spec.numel();
+        if numel == 1 && self.reads_only_inputs(n) {
+            let g = *self.scalar_group.get_or_insert_with(|| {
+                self.main.push(Kernel::Fused(FusedGroup { numel: 1, ..Default::default() }));
+                self.main.len() - 1
+            });
+            for a in self.graph.nodes[n].args.clone() {
+                if let Source::Load { node, .. } = self.resolve(a, Some(g)) {
+                    self.ensure_stored(node);
+                }
+            }
+            self.group_of[n] = Some(g);
+            if let Kernel::Fused(group) = &mut self.main[g] {
+                group.members.push(n);
+            }
+            return;
+        }
         let mut candidates: Vec<usize> = self.graph.nodes[n]
             .args
             .iter()
@@ -212,7 +246,31 @@ impl<'g> Fuser<'g> {
             .filter(|&g| matches!(&self.main[g], Kernel::Fused(f) if f.numel == numel))
             .collect();
         candidates.sort_unstable_by(|a, b| b.cmp(a));
-        let chosen = candidates.into_iter().find(|&g| self.sources_ready(n, g));
+        candidates.dedup();
+        let chosen = candidates.iter().copied().find(|&g| self.sources_ready(n, g));
+        if let Some(g) = chosen {
+            // Older candidates nobody outside has read yet can run at `g`
+            // instead: fold them in, so two independent chains that meet
+            // (m*b1 + g*(1-b1)) become one loop.
+            for &h in candidates.iter().filter(|&&h| h < g && Some(h) != self.scalar_group) {
+                let mergeable = matches!(&self.main[h], Kernel::Fused(f) if f.stores.is_empty());
+                if !mergeable {
+                    continue;
+                }
+                let moved = match &mut self.main[h] {
+                    Kernel::Fused(f) => std::mem::take(&mut f.members),
+                    Kernel::Single(_) => unreachable!("candidates are fused groups"),
+                };
+                for &m in &moved {
+                    self.group_of[m] = Some(g);
+                }
+                if let Kernel::Fused(f) = &mut self.main[g] {
+                    let mut members = moved;
+                    members.append(&mut f.members);
+                    f.members = members;
+                }
+            }
+        }
         let group = match chosen {
             Some(g) => g,
             None => {
@@ -242,6 +300,7 @@ pub fn schedule(graph: &Graph) -> Schedule {
     let n = graph.nodes.len();
     let mut f = Fuser {
         graph,
+        scalar_group: None,
         group_of: vec![None; n],
         kernel_of: vec![None; n],
         stored: vec![false; n],
@@ -289,7 +348,16 @@ pub fn schedule(graph: &Graph) -> Schedule {
             })
         })
         .collect();
-    kernels.extend(f.main);
+    // Groups emptied by merging are dropped; the scalar group runs first.
+    let scalar = f.scalar_group.map(|g| f.main[g].clone());
+    kernels.extend(scalar);
+    kernels.extend(
+        f.main
+            .into_iter()
+            .enumerate()
+            .filter(|(i, k)| Some(*i) != f.scalar_group && !matches!(k, Kernel::Fused(g) if g.members.is_empty()))
+            .map(|(_, k)| k),
+    );
     let mut producer = vec![None; n];
     for (k, kernel) in kernels.iter().enumerate() {
         match kernel {

@@ -1,2 +1,18 @@
 //! Composite ops and a small neural-network vocabulary, all built from the
-//! primitives (so autodiff and every backend get them for free).
+//! primitives, so autodiff and every backend get them for free.
+//!
+//! - [`ops`]: activations, reductions (mean, var, softmax, logsumexp), argmax, one_hot
+//! - [`conv`]: conv2d (NCHW, stride, padding) via im2col, max/avg pooling
+//! - [`loss`]: softmax cross-entropy on integer labels (label smoothing, sample weights), MSE
+//! - [`layers`]: Lux-style layers (`init` a params tree, `apply` to traced inputs), `Chain`
+//! - [`optim`]: SGD (momentum, Nesterov), Adam, AdamW as graph updates
+//! - [`init`]: a seeded host RNG for parameter initialisation
+
+pub mod conv;
+pub mod init;
+pub mod layers;
+pub mod loss;
+pub mod ops;
+pub mod optim;
+
+pub use layers::{Chain, Conv2d, Dense, Embedding, LayerNorm, Layer, Params};
