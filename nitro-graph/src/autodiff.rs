@@ -41,7 +41,9 @@ impl Tracer {
             if !relevant[id] {
                 continue;
             }
-            let Some(g) = adjoint.get(&id).cloned() else { continue };
+            let Some(g) = adjoint.get(&id).cloned() else {
+                continue;
+            };
             let (op, args, _) = self.node(id);
             if args.is_empty() {
                 continue;
@@ -62,7 +64,12 @@ impl Tracer {
         }
         let grads = wrt
             .iter()
-            .map(|w| adjoint.get(&w.id).cloned().unwrap_or_else(|| w.full_like(0.0)))
+            .map(|w| {
+                adjoint
+                    .get(&w.id)
+                    .cloned()
+                    .unwrap_or_else(|| w.full_like(0.0))
+            })
             .collect();
         match self.error() {
             Some(err) => Err(err),
@@ -102,7 +109,11 @@ impl Tracer {
 
 /// Keep-dims shape of `shape` reduced over `axes`.
 fn keepdims(shape: &[usize], axes: &[usize]) -> Vec<usize> {
-    shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect()
+    shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+        .collect()
 }
 
 fn mask(cond: &Tensor, dtype: DType) -> Tensor {
@@ -139,7 +150,11 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
                 BinaryOp::Div => (g / y, -(g * out / y)),
                 BinaryOp::Max | BinaryOp::Min => {
                     // Ties split the gradient evenly, as JAX does.
-                    let wins = if *b == BinaryOp::Max { x.gt(y) } else { x.lt(y) };
+                    let wins = if *b == BinaryOp::Max {
+                        x.gt(y)
+                    } else {
+                        x.lt(y)
+                    };
                     let tie = mask(&x.eq_t(y), x.dtype()) * 0.5;
                     let wa = mask(&wins, x.dtype()) + &tie;
                     (g * &wa, g * (1.0 - wa))
@@ -153,10 +168,16 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             vec![None, Some(x.select(g, &zero)), Some(x.select(&zero, g))]
         }
         Op::Cast { .. } => vec![x.dtype().is_float().then(|| g.cast(x.dtype()))],
-        Op::ReduceSum { axes } => vec![Some(g.reshape(&keepdims(x.shape(), axes)).broadcast_to(x.shape()))],
+        Op::ReduceSum { axes } => vec![Some(
+            g.reshape(&keepdims(x.shape(), axes))
+                .broadcast_to(x.shape()),
+        )],
         Op::ReduceMax { axes } => {
             let kd = keepdims(x.shape(), axes);
-            let hit = mask(&x.eq_t(&out.reshape(&kd).broadcast_to(x.shape())), x.dtype());
+            let hit = mask(
+                &x.eq_t(&out.reshape(&kd).broadcast_to(x.shape())),
+                x.dtype(),
+            );
             let count = hit.sum(axes).reshape(&kd);
             vec![Some(g.reshape(&kd) * hit / count)]
         }
@@ -169,7 +190,9 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             vec![Some(g.permute(&inverse))]
         }
         Op::Broadcast { shape } => {
-            let axes: Vec<usize> = (0..shape.len()).filter(|&i| x.shape()[i] != shape[i]).collect();
+            let axes: Vec<usize> = (0..shape.len())
+                .filter(|&i| x.shape()[i] != shape[i])
+                .collect();
             vec![Some(g.sum(&axes).reshape(x.shape()))]
         }
         Op::Slice { start, stride, .. } => {
@@ -177,18 +200,30 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             let lens = out.shape();
             let hi: Vec<usize> = (0..r)
                 .map(|i| {
-                    let used = if lens[i] == 0 { start[i] } else { start[i] + (lens[i] - 1) * stride[i] + 1 };
+                    let used = if lens[i] == 0 {
+                        start[i]
+                    } else {
+                        start[i] + (lens[i] - 1) * stride[i] + 1
+                    };
                     x.shape()[i] - used
                 })
                 .collect();
             let interior: Vec<usize> = stride.iter().map(|s| s - 1).collect();
-            let op = Op::Pad { lo: start.clone(), hi, interior, value: 0.0 };
+            let op = Op::Pad {
+                lo: start.clone(),
+                hi,
+                interior,
+                value: 0.0,
+            };
             vec![Some(g.tracer().record(op, &[g], g.dtype()))]
         }
         Op::Pad { lo, interior, .. } => {
             let r = x.rank();
-            let end: Vec<usize> =
-                (0..r).map(|i| lo[i] + x.shape()[i].saturating_sub(1) * (interior[i] + 1) + 1.min(x.shape()[i])).collect();
+            let end: Vec<usize> = (0..r)
+                .map(|i| {
+                    lo[i] + x.shape()[i].saturating_sub(1) * (interior[i] + 1) + 1.min(x.shape()[i])
+                })
+                .collect();
             let stride: Vec<usize> = interior.iter().map(|s| s + 1).collect();
             vec![Some(g.slice(lo, &end, &stride))]
         }
@@ -206,8 +241,16 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
         Op::ScatterAdd { .. } => vec![Some(g.take(&args[1])), None],
         Op::MatMul { ta, tb } => {
             let (a, b) = (x, &args[1]);
-            let ga = if *ta { b.matmul_t(g, *tb, true) } else { g.matmul_t(b, false, !*tb) };
-            let gb = if *tb { g.matmul_t(a, true, *ta) } else { a.matmul_t(g, !*ta, false) };
+            let ga = if *ta {
+                b.matmul_t(g, *tb, true)
+            } else {
+                g.matmul_t(b, false, !*tb)
+            };
+            let gb = if *tb {
+                g.matmul_t(a, true, *ta)
+            } else {
+                a.matmul_t(g, !*ta, false)
+            };
             vec![Some(ga), Some(gb)]
         }
     }

@@ -94,7 +94,12 @@ fn fmt_hint(hint: &str) -> String {
 
 impl GraphError {
     /// A shape error for `op` with the offending shapes and a fix.
-    pub fn shape(op: &str, detail: impl Into<String>, shapes: &[&[usize]], hint: &str) -> GraphError {
+    pub fn shape(
+        op: &str,
+        detail: impl Into<String>,
+        shapes: &[&[usize]],
+        hint: &str,
+    ) -> GraphError {
         GraphError::Shape {
             op: op.to_string(),
             detail: detail.into(),
@@ -105,7 +110,11 @@ impl GraphError {
 
     /// A dtype error for `op`.
     pub fn dtype(op: &str, detail: impl Into<String>, hint: &str) -> GraphError {
-        GraphError::DType { op: op.to_string(), detail: detail.into(), hint: hint.to_string() }
+        GraphError::DType {
+            op: op.to_string(),
+            detail: detail.into(),
+            hint: hint.to_string(),
+        }
     }
 }
 

@@ -135,15 +135,29 @@ impl<'g> Fuser<'g> {
                 let src = node.args[0];
                 let src_shape = &self.graph.nodes[src].spec.shape;
                 if src_shape.iter().product::<usize>() == 1 {
-                    return Source::Load { node: src, access: Access::Scalar };
+                    return Source::Load {
+                        node: src,
+                        access: Access::Scalar,
+                    };
                 }
                 let base = strides_of(src_shape);
-                let strides = (0..shape.len()).map(|d| if src_shape[d] == 1 { 0 } else { base[d] }).collect();
-                Source::Load { node: src, access: Access::Strided { shape: shape.clone(), strides } }
+                let strides = (0..shape.len())
+                    .map(|d| if src_shape[d] == 1 { 0 } else { base[d] })
+                    .collect();
+                Source::Load {
+                    node: src,
+                    access: Access::Strided {
+                        shape: shape.clone(),
+                        strides,
+                    },
+                }
             }
             _ => match (self.group_of[a], group) {
                 (Some(h), Some(g)) if h == g => Source::Reg(a),
-                _ => Source::Load { node: a, access: Access::Contiguous },
+                _ => Source::Load {
+                    node: a,
+                    access: Access::Contiguous,
+                },
             },
         }
     }
@@ -195,10 +209,13 @@ impl<'g> Fuser<'g> {
     }
 
     fn sources_ready(&self, n: NodeId, group: usize) -> bool {
-        self.graph.nodes[n].args.iter().all(|&a| match self.resolve(a, Some(group)) {
-            Source::Load { node, .. } => self.ready_at(node) < group as i64,
-            _ => true,
-        })
+        self.graph.nodes[n]
+            .args
+            .iter()
+            .all(|&a| match self.resolve(a, Some(group)) {
+                Source::Load { node, .. } => self.ready_at(node) < group as i64,
+                _ => true,
+            })
     }
 
     /// Whether `n` reads only inputs, constants and scalar-group members.
@@ -219,7 +236,10 @@ impl<'g> Fuser<'g> {
         let numel = self.graph.nodes[n].spec.numel();
         if numel == 1 && self.reads_only_inputs(n) {
             let g = *self.scalar_group.get_or_insert_with(|| {
-                self.main.push(Kernel::Fused(FusedGroup { numel: 1, ..Default::default() }));
+                self.main.push(Kernel::Fused(FusedGroup {
+                    numel: 1,
+                    ..Default::default()
+                }));
                 self.main.len() - 1
             });
             for a in self.graph.nodes[n].args.clone() {
@@ -247,12 +267,18 @@ impl<'g> Fuser<'g> {
             .collect();
         candidates.sort_unstable_by(|a, b| b.cmp(a));
         candidates.dedup();
-        let chosen = candidates.iter().copied().find(|&g| self.sources_ready(n, g));
+        let chosen = candidates
+            .iter()
+            .copied()
+            .find(|&g| self.sources_ready(n, g));
         if let Some(g) = chosen {
             // Older candidates nobody outside has read yet can run at `g`
             // instead: fold them in, so two independent chains that meet
             // (m*b1 + g*(1-b1)) become one loop.
-            for &h in candidates.iter().filter(|&&h| h < g && Some(h) != self.scalar_group) {
+            for &h in candidates
+                .iter()
+                .filter(|&&h| h < g && Some(h) != self.scalar_group)
+            {
                 let mergeable = matches!(&self.main[h], Kernel::Fused(f) if f.stores.is_empty());
                 if !mergeable {
                     continue;
@@ -279,7 +305,10 @@ impl<'g> Fuser<'g> {
                         self.ensure_stored(node);
                     }
                 }
-                self.main.push(Kernel::Fused(FusedGroup { numel, ..Default::default() }));
+                self.main.push(Kernel::Fused(FusedGroup {
+                    numel,
+                    ..Default::default()
+                }));
                 self.main.len() - 1
             }
         };
@@ -326,11 +355,19 @@ pub fn schedule(graph: &Graph) -> Schedule {
         f.ensure_stored(o);
     }
     for g in 0..f.main.len() {
-        let Kernel::Fused(group) = &f.main[g] else { continue };
+        let Kernel::Fused(group) = &f.main[g] else {
+            continue;
+        };
         let sources = group
             .members
             .iter()
-            .map(|&m| graph.nodes[m].args.iter().map(|&a| f.resolve(a, Some(g))).collect())
+            .map(|&m| {
+                graph.nodes[m]
+                    .args
+                    .iter()
+                    .map(|&a| f.resolve(a, Some(g)))
+                    .collect()
+            })
             .collect();
         if let Kernel::Fused(group) = &mut f.main[g] {
             group.sources = sources;
@@ -355,7 +392,9 @@ pub fn schedule(graph: &Graph) -> Schedule {
         f.main
             .into_iter()
             .enumerate()
-            .filter(|(i, k)| Some(*i) != f.scalar_group && !matches!(k, Kernel::Fused(g) if g.members.is_empty()))
+            .filter(|(i, k)| {
+                Some(*i) != f.scalar_group && !matches!(k, Kernel::Fused(g) if g.members.is_empty())
+            })
             .map(|(_, k)| k),
     );
     let mut producer = vec![None; n];
@@ -365,5 +404,9 @@ pub fn schedule(graph: &Graph) -> Schedule {
             Kernel::Single(s) => producer[*s] = Some(k),
         }
     }
-    Schedule { kernels, stored: f.stored, producer }
+    Schedule {
+        kernels,
+        stored: f.stored,
+        producer,
+    }
 }

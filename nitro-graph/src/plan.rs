@@ -70,7 +70,11 @@ pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
                 _ => None,
             })
             .collect(),
-        Kernel::Single(n) => graph.nodes[*n].args.iter().map(|&a| base_of(graph, a)).collect(),
+        Kernel::Single(n) => graph.nodes[*n]
+            .args
+            .iter()
+            .map(|&a| base_of(graph, a))
+            .collect(),
     }
 }
 
@@ -93,7 +97,11 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
         v
     };
 
-    let mut plan = MemoryPlan { storage: vec![Storage::Virtual; n], frees: vec![vec![]; k_count], ..Default::default() };
+    let mut plan = MemoryPlan {
+        storage: vec![Storage::Virtual; n],
+        frees: vec![vec![]; k_count],
+        ..Default::default()
+    };
     for (id, node) in graph.nodes.iter().enumerate() {
         match node.op {
             Op::Input { index } => plan.storage[id] = Storage::Input(index),
@@ -114,12 +122,20 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
             Some((k, Kernel::Fused(group))) => {
                 let reads_contiguously = group.sources.iter().flatten().all(|s| match s {
                     Source::Load { node, access } => {
-                        base_of(graph, *node) != in_node || *access == crate::fusion::Access::Contiguous
+                        base_of(graph, *node) != in_node
+                            || *access == crate::fusion::Access::Contiguous
                     }
                     _ => true,
                 });
-                let unique_output = graph.outputs.iter().filter(|(_, o)| base_of(graph, *o) == out_node).count() == 1;
-                reads_contiguously && unique_output && last_read[in_node].is_none_or(|r| r <= k)
+                let unique_output = graph
+                    .outputs
+                    .iter()
+                    .filter(|(_, o)| base_of(graph, *o) == out_node)
+                    .count()
+                    == 1;
+                reads_contiguously
+                    && unique_output
+                    && last_read[in_node].is_none_or(|r| r <= k)
                     && plan.storage[out_node] == Storage::Virtual
             }
             _ => false,

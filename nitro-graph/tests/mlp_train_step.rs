@@ -35,7 +35,10 @@ fn build(dtype: DType) -> Program {
     for h in ["lr", "b1", "b2", "eps", "t"] {
         inputs.push((h.into(), TensorSpec::new(dtype, &[])));
     }
-    let specs: Vec<(&str, TensorSpec)> = inputs.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
+    let specs: Vec<(&str, TensorSpec)> = inputs
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.clone()))
+        .collect();
     let mut options = CompileOptions::named("mlp_train_step");
     for prefix in ["p", "m", "v"] {
         for (n, _) in &params {
@@ -55,7 +58,14 @@ fn build(dtype: DType) -> Program {
         let loss = softmax_cross_entropy(&hidden, y, 0.0);
         let grads = tr.grad(&loss, &p.iter().collect::<Vec<_>>())?;
         let zero = tr.scalar(0.0, dtype);
-        let hyper = AdamHyper { lr: &h[0], beta1: &h[1], beta2: &h[2], eps: &h[3], weight_decay: &zero, step: &h[4] };
+        let hyper = AdamHyper {
+            lr: &h[0],
+            beta1: &h[1],
+            beta2: &h[2],
+            eps: &h[3],
+            weight_decay: &zero,
+            step: &h[4],
+        };
         let mut out = vec![("loss".to_string(), loss.clone())];
         for (i, (n, _)) in params.iter().enumerate() {
             out.push((format!("grad.{n}"), grads[i].clone()));
@@ -103,7 +113,11 @@ impl Reference {
                     z[n * o_n + o] = s;
                 }
             }
-            let next = if l < 2 { z.iter().map(|&v| v.max(0.0)).collect() } else { z.clone() };
+            let next = if l < 2 {
+                z.iter().map(|&v| v.max(0.0)).collect()
+            } else {
+                z.clone()
+            };
             pre.push(z);
             acts.push(next);
         }
@@ -142,14 +156,22 @@ impl Reference {
                 }
             }
             if l > 0 {
-                dz = da.iter().zip(&pre[l - 1]).map(|(&g, &z)| if z > 0.0 { g } else { 0.0 }).collect();
+                dz = da
+                    .iter()
+                    .zip(&pre[l - 1])
+                    .map(|(&g, &z)| if z > 0.0 { g } else { 0.0 })
+                    .collect();
             }
             grads[2 * l] = gw;
             grads[2 * l + 1] = gb;
         }
         // Adam
         for (k, g) in grads.iter().enumerate() {
-            let p = if k % 2 == 0 { &mut self.w[k / 2] } else { &mut self.b[k / 2] };
+            let p = if k % 2 == 0 {
+                &mut self.w[k / 2]
+            } else {
+                &mut self.b[k / 2]
+            };
             for j in 0..g.len() {
                 self.m[k][j] = b1 * self.m[k][j] + (1.0 - b1) * g[j];
                 self.v[k][j] = b2 * self.v[k][j] + (1.0 - b2) * g[j] * g[j];
@@ -164,7 +186,9 @@ impl Reference {
 
 fn values(n: usize, seed: u64, scale: f64) -> Vec<f64> {
     let mut rng = nitro_graph::nn::init::InitRng::new(seed);
-    (0..n).map(|_| (rng.uniform() * 2.0 - 1.0) * scale).collect()
+    (0..n)
+        .map(|_| (rng.uniform() * 2.0 - 1.0) * scale)
+        .collect()
 }
 
 fn close(a: f64, b: f64, rel: f64) -> bool {
@@ -175,12 +199,22 @@ fn run_against_reference(dtype: DType, rel: f64) {
     let program = build(dtype);
     let params = param_names();
     let to = |shape: &[usize], v: &[f64]| Array::new(shape, v.to_vec()).unwrap().cast(dtype);
-    let init: Vec<Vec<f64>> = params.iter().enumerate().map(|(i, (_, s))| values(s.iter().product(), i as u64, 0.6)).collect();
+    let init: Vec<Vec<f64>> = params
+        .iter()
+        .enumerate()
+        .map(|(i, (_, s))| values(s.iter().product(), i as u64, 0.6))
+        .collect();
     let mut reference = Reference {
         w: (0..3).map(|l| init[2 * l].clone()).collect(),
         b: (0..3).map(|l| init[2 * l + 1].clone()).collect(),
-        m: params.iter().map(|(_, s)| vec![0.0; s.iter().product()]).collect(),
-        v: params.iter().map(|(_, s)| vec![0.0; s.iter().product()]).collect(),
+        m: params
+            .iter()
+            .map(|(_, s)| vec![0.0; s.iter().product()])
+            .collect(),
+        v: params
+            .iter()
+            .map(|(_, s)| vec![0.0; s.iter().product()])
+            .collect(),
     };
     let mut args: Vec<Array> = vec![];
     for (i, (_, s)) in params.iter().enumerate() {
@@ -204,16 +238,32 @@ fn run_against_reference(dtype: DType, rel: f64) {
         args[t_index] = to(&[], &[step as f64]);
         let out = program.run(&mut args).unwrap();
         let (loss, grads) = reference.step(&x, &y, step as f64);
-        assert!(close(out[0].item().unwrap(), loss, rel), "step {step} loss {} vs {loss}", out[0].item().unwrap());
+        assert!(
+            close(out[0].item().unwrap(), loss, rel),
+            "step {step} loss {} vs {loss}",
+            out[0].item().unwrap()
+        );
         for (k, g) in grads.iter().enumerate() {
             for (a, b) in out[1 + k].to_f64_vec().iter().zip(g) {
-                assert!(close(*a, *b, rel), "step {step} grad {} {a} vs {b}", params[k].0);
+                assert!(
+                    close(*a, *b, rel),
+                    "step {step} grad {} {a} vs {b}",
+                    params[k].0
+                );
             }
         }
         for k in 0..np {
-            let want = if k % 2 == 0 { &reference.w[k / 2] } else { &reference.b[k / 2] };
+            let want = if k % 2 == 0 {
+                &reference.w[k / 2]
+            } else {
+                &reference.b[k / 2]
+            };
             for (a, b) in args[k].to_f64_vec().iter().zip(want) {
-                assert!(close(*a, *b, rel), "step {step} param {} {a} vs {b}", params[k].0);
+                assert!(
+                    close(*a, *b, rel),
+                    "step {step} param {} {a} vs {b}",
+                    params[k].0
+                );
             }
         }
     }
@@ -233,8 +283,18 @@ fn matches_reference_in_f32() {
 fn is_one_program_updating_params_and_moments_in_place() {
     let program = build(DType::F32);
     // Only the loss and the gradients come back; every param, m and v is donated.
-    assert_eq!(program.returned_names().len(), 1 + 6, "{:?}", program.returned_names());
-    assert_eq!(program.stats().in_place, 18, "all 18 updates written in place:\n{}", program.listing());
+    assert_eq!(
+        program.returned_names().len(),
+        1 + 6,
+        "{:?}",
+        program.returned_names()
+    );
+    assert_eq!(
+        program.stats().in_place,
+        18,
+        "all 18 updates written in place:\n{}",
+        program.listing()
+    );
     // 3 forward matmuls, 5 backward, reductions, and ONE fused kernel per
     // parameter for its whole Adam update (p, m and v together).
     assert!(program.kernel_count() <= 40, "{}", program.listing());

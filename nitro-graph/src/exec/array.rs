@@ -23,27 +23,42 @@ impl Array {
                 data.len()
             )));
         }
-        Ok(Array { spec: TensorSpec::new(data.dtype(), shape), data })
+        Ok(Array {
+            spec: TensorSpec::new(data.dtype(), shape),
+            data,
+        })
     }
 
     /// Zeros of `spec`.
     pub fn zeros(spec: &TensorSpec) -> Array {
-        Array { spec: spec.clone(), data: HostBuffer::zeros(spec.dtype, spec.numel()) }
+        Array {
+            spec: spec.clone(),
+            data: HostBuffer::zeros(spec.dtype, spec.numel()),
+        }
     }
 
     /// An f32 scalar.
     pub fn scalar_f32(value: f32) -> Array {
-        Array { spec: TensorSpec::f32(&[]), data: HostBuffer::F32(vec![value]) }
+        Array {
+            spec: TensorSpec::f32(&[]),
+            data: HostBuffer::F32(vec![value]),
+        }
     }
 
     /// An f64 scalar.
     pub fn scalar_f64(value: f64) -> Array {
-        Array { spec: TensorSpec::new(DType::F64, &[]), data: HostBuffer::F64(vec![value]) }
+        Array {
+            spec: TensorSpec::new(DType::F64, &[]),
+            data: HostBuffer::F64(vec![value]),
+        }
     }
 
     /// An i32 scalar (e.g. an RNG key).
     pub fn scalar_i32(value: i32) -> Array {
-        Array { spec: TensorSpec::new(DType::I32, &[]), data: HostBuffer::I32(vec![value]) }
+        Array {
+            spec: TensorSpec::new(DType::I32, &[]),
+            data: HostBuffer::I32(vec![value]),
+        }
     }
 
     /// Shape and dtype.
@@ -85,7 +100,10 @@ impl Array {
     /// Same elements, another shape.
     pub fn reshape(mut self, shape: &[usize]) -> Result<Array> {
         if shape.iter().product::<usize>() != self.spec.numel() {
-            return Err(GraphError::Array(format!("cannot reshape {} to {shape:?}", self.spec)));
+            return Err(GraphError::Array(format!(
+                "cannot reshape {} to {shape:?}",
+                self.spec
+            )));
         }
         self.spec.shape = shape.to_vec();
         Ok(self)
@@ -107,13 +125,19 @@ impl Array {
     /// The single element of a one-element array, as f64.
     pub fn item(&self) -> Result<f64> {
         if self.spec.numel() != 1 {
-            return Err(GraphError::Array(format!("item() of {} which is not one element", self.spec)));
+            return Err(GraphError::Array(format!(
+                "item() of {} which is not one element",
+                self.spec
+            )));
         }
         Ok(self.data.to_f64_vec()[0])
     }
 
     /// Convert to another dtype.
     pub fn cast(&self, dtype: DType) -> Array {
-        Array { spec: TensorSpec::new(dtype, &self.spec.shape), data: self.data.cast(dtype) }
+        Array {
+            spec: TensorSpec::new(dtype, &self.spec.shape),
+            data: self.data.cast(dtype),
+        }
     }
 }

@@ -25,7 +25,11 @@ pub struct CompileOptions {
 impl CompileOptions {
     /// Default passes, no donations.
     pub fn named(name: &str) -> CompileOptions {
-        CompileOptions { name: name.to_string(), donate: vec![], passes: default_pipeline() }
+        CompileOptions {
+            name: name.to_string(),
+            donate: vec![],
+            passes: default_pipeline(),
+        }
     }
 
     /// Add a donation of `input` to `output`.
@@ -76,16 +80,20 @@ pub fn compile_graph(mut graph: Graph, options: CompileOptions) -> Result<Progra
     let mut donate = Vec::new();
     for (input, output) in &options.donate {
         let known = |names: Vec<&String>| names.into_iter().cloned().collect::<Vec<_>>().join(", ");
-        let i = graph.input_index(input).ok_or_else(|| GraphError::Unknown {
-            kind: "donated input",
-            name: input.clone(),
-            known: known(graph.inputs.iter().map(|i| &i.name).collect()),
-        })?;
-        let o = graph.output_index(output).ok_or_else(|| GraphError::Unknown {
-            kind: "donation target output",
-            name: output.clone(),
-            known: known(graph.outputs.iter().map(|(n, _)| n).collect()),
-        })?;
+        let i = graph
+            .input_index(input)
+            .ok_or_else(|| GraphError::Unknown {
+                kind: "donated input",
+                name: input.clone(),
+                known: known(graph.inputs.iter().map(|i| &i.name).collect()),
+            })?;
+        let o = graph
+            .output_index(output)
+            .ok_or_else(|| GraphError::Unknown {
+                kind: "donation target output",
+                name: output.clone(),
+                known: known(graph.outputs.iter().map(|(n, _)| n).collect()),
+            })?;
         let (ispec, ospec) = (&graph.inputs[i].spec, graph.spec(graph.outputs[o].1));
         if ispec != ospec {
             return Err(GraphError::Signature {
@@ -112,13 +120,24 @@ pub fn compile_graph(mut graph: Graph, options: CompileOptions) -> Result<Progra
     let stats = ProgramStats {
         nodes: graph.nodes.len(),
         kernels: sched.kernels.len(),
-        fused_kernels: sched.kernels.iter().filter(|k| matches!(k, Kernel::Fused(_))).count(),
+        fused_kernels: sched
+            .kernels
+            .iter()
+            .filter(|k| matches!(k, Kernel::Fused(_)))
+            .count(),
         peak_bytes: memory.peak_bytes,
         unshared_bytes: memory.unshared_bytes,
         in_place: memory.in_place.len(),
         compile_ms: start.elapsed().as_secs_f64() * 1e3,
     };
-    Ok(Program { name: options.name, graph, plan: memory, exe, stats, returned })
+    Ok(Program {
+        name: options.name,
+        graph,
+        plan: memory,
+        exe,
+        stats,
+        returned,
+    })
 }
 
 /// Trace `f` over named input signatures and compile it with `options`.
@@ -134,7 +153,8 @@ pub fn jit<F>(inputs: &[(&str, Array)], f: F) -> Result<Vec<Array>>
 where
     F: FnOnce(&Tracer, &[Tensor]) -> Result<Vec<(String, Tensor)>>,
 {
-    let specs: Vec<(&str, TensorSpec)> = inputs.iter().map(|(n, a)| (*n, a.spec().clone())).collect();
+    let specs: Vec<(&str, TensorSpec)> =
+        inputs.iter().map(|(n, a)| (*n, a.spec().clone())).collect();
     let program = compile(&specs, CompileOptions::named("jit"), f)?;
     let mut args: Vec<Array> = inputs.iter().map(|(_, a)| a.clone()).collect();
     program.run(&mut args)
@@ -156,7 +176,13 @@ impl Program {
                 program: self.name.clone(),
                 expected: self.graph.inputs.len(),
                 got: inputs.len(),
-                names: self.graph.inputs.iter().map(|i| i.name.as_str()).collect::<Vec<_>>().join(", "),
+                names: self
+                    .graph
+                    .inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
             });
         }
         for (decl, given) in self.graph.inputs.iter().zip(inputs) {
@@ -184,7 +210,11 @@ impl Program {
 
     /// Input names and signatures, in call order.
     pub fn inputs(&self) -> Vec<(String, TensorSpec)> {
-        self.graph.inputs.iter().map(|i| (i.name.clone(), i.spec.clone())).collect()
+        self.graph
+            .inputs
+            .iter()
+            .map(|i| (i.name.clone(), i.spec.clone()))
+            .collect()
     }
 
     /// Names of the outputs `run` returns, in order.
@@ -209,7 +239,10 @@ impl Program {
 
     /// Text listing: the optimised IR, then one line per kernel.
     pub fn listing(&self) -> String {
-        let mut s = format!("program {} ({:?})\n{}\nkernels:\n", self.name, self.stats, self.graph);
+        let mut s = format!(
+            "program {} ({:?})\n{}\nkernels:\n",
+            self.name, self.stats, self.graph
+        );
         for (i, line) in self.exe.describe(&self.graph).iter().enumerate() {
             s += &format!("  k{i}: {line}\n");
         }

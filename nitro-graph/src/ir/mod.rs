@@ -29,7 +29,10 @@ pub struct TensorSpec {
 impl TensorSpec {
     /// A spec of `dtype` and `shape`.
     pub fn new(dtype: DType, shape: &[usize]) -> TensorSpec {
-        TensorSpec { dtype, shape: shape.to_vec() }
+        TensorSpec {
+            dtype,
+            shape: shape.to_vec(),
+        }
     }
 
     /// An f32 spec.

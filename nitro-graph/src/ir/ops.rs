@@ -323,11 +323,18 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
     };
     arity(op, args, n)?;
     match op {
-        Op::Input { .. } => Err(GraphError::Backend("inputs are declared, not inferred".into())),
+        Op::Input { .. } => Err(GraphError::Backend(
+            "inputs are declared, not inferred".into(),
+        )),
         Op::Fill { shape, .. } | Op::Iota { shape, .. } => {
             if let Op::Iota { axis, .. } = op {
                 if *axis >= shape.len() {
-                    return Err(GraphError::shape(&name, format!("axis {axis} out of range"), &[shape], ""));
+                    return Err(GraphError::shape(
+                        &name,
+                        format!("axis {axis} out of range"),
+                        &[shape],
+                        "",
+                    ));
                 }
             }
             Ok(TensorSpec::new(dtype, shape))
@@ -353,7 +360,11 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
                 ));
             }
             if !dtype.is_float() {
-                return Err(GraphError::dtype(&name, format!("cannot draw {dtype}"), "draw f32 or f64"));
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("cannot draw {dtype}"),
+                    "draw f32 or f64",
+                ));
             }
             Ok(TensorSpec::new(dtype, shape))
         }
@@ -362,10 +373,18 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             computable(&name, a.dtype)?;
             let int_ok = matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign);
             if !a.dtype.is_float() && !int_ok {
-                return Err(GraphError::dtype(&name, format!("needs a float operand, got {}", a.dtype), "cast to f32 first"));
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("needs a float operand, got {}", a.dtype),
+                    "cast to f32 first",
+                ));
             }
             if a.dtype == DType::Bool {
-                return Err(GraphError::dtype(&name, "bool has no arithmetic", "cast to f32 or i32 first"));
+                return Err(GraphError::dtype(
+                    &name,
+                    "bool has no arithmetic",
+                    "cast to f32 or i32 first",
+                ));
             }
             Ok(a.clone())
         }
@@ -375,7 +394,11 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             same_dtype(&name, a, c)?;
             computable(&name, a.dtype)?;
             if a.dtype == DType::Bool || (*b == BinaryOp::Pow && !a.dtype.is_float()) {
-                return Err(GraphError::dtype(&name, format!("not defined for {}", a.dtype), "cast to f32 first"));
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("not defined for {}", a.dtype),
+                    "cast to f32 first",
+                ));
             }
             Ok(a.clone())
         }
@@ -389,7 +412,11 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         Op::Select => {
             let (c, a, b) = (args[0], args[1], args[2]);
             if c.dtype != DType::Bool {
-                return Err(GraphError::dtype(&name, format!("condition must be bool, got {}", c.dtype), "compare first"));
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("condition must be bool, got {}", c.dtype),
+                    "compare first",
+                ));
             }
             if c.shape != a.shape || a.shape != b.shape {
                 return Err(GraphError::shape(
@@ -407,8 +434,13 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             let a = args[0];
             computable(&name, a.dtype)?;
             check_axes(&name, axes, a.shape.len(), &a.shape)?;
-            let shape: Vec<usize> =
-                a.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect();
+            let shape: Vec<usize> = a
+                .shape
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !axes.contains(i))
+                .map(|(_, &d)| d)
+                .collect();
             Ok(TensorSpec::new(a.dtype, &shape))
         }
         Op::Reshape { shape } => {
@@ -427,9 +459,16 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             let a = args[0];
             let mut seen = vec![false; a.shape.len()];
             let valid = perm.len() == a.shape.len()
-                && perm.iter().all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
+                && perm
+                    .iter()
+                    .all(|&p| p < seen.len() && !std::mem::replace(&mut seen[p], true));
             if !valid {
-                return Err(GraphError::shape(&name, format!("{perm:?} is not a permutation of the axes"), &[&a.shape], ""));
+                return Err(GraphError::shape(
+                    &name,
+                    format!("{perm:?} is not a permutation of the axes"),
+                    &[&a.shape],
+                    "",
+                ));
             }
             let shape: Vec<usize> = perm.iter().map(|&p| a.shape[p]).collect();
             Ok(TensorSpec::new(a.dtype, &shape))
@@ -463,14 +502,23 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
                     "",
                 ));
             }
-            let shape: Vec<usize> = (0..r).map(|i| (end[i] - start[i]).div_ceil(stride[i])).collect();
+            let shape: Vec<usize> = (0..r)
+                .map(|i| (end[i] - start[i]).div_ceil(stride[i]))
+                .collect();
             Ok(TensorSpec::new(a.dtype, &shape))
         }
-        Op::Pad { lo, hi, interior, .. } => {
+        Op::Pad {
+            lo, hi, interior, ..
+        } => {
             let a = args[0];
             let r = a.shape.len();
             if lo.len() != r || hi.len() != r || interior.len() != r {
-                return Err(GraphError::shape(&name, "padding must name every axis", &[&a.shape], ""));
+                return Err(GraphError::shape(
+                    &name,
+                    "padding must name every axis",
+                    &[&a.shape],
+                    "",
+                ));
             }
             let shape: Vec<usize> = (0..r)
                 .map(|i| lo[i] + hi[i] + a.shape[i] + a.shape[i].saturating_sub(1) * interior[i])
@@ -481,13 +529,19 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             let first = args[0];
             let r = first.shape.len();
             if *axis >= r {
-                return Err(GraphError::shape(&name, format!("axis {axis} out of range"), &[&first.shape], ""));
+                return Err(GraphError::shape(
+                    &name,
+                    format!("axis {axis} out of range"),
+                    &[&first.shape],
+                    "",
+                ));
             }
             let mut shape = first.shape.clone();
             shape[*axis] = 0;
             for a in args {
                 same_dtype(&name, first, a)?;
-                let ok = a.shape.len() == r && (0..r).all(|i| i == *axis || a.shape[i] == first.shape[i]);
+                let ok = a.shape.len() == r
+                    && (0..r).all(|i| i == *axis || a.shape[i] == first.shape[i]);
                 if !ok {
                     return Err(GraphError::shape(
                         &name,
@@ -502,10 +556,16 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         }
         Op::Take => {
             let (table, idx) = (args[0], args[1]);
-            if idx.shape.len() != 1 || !matches!(idx.dtype, DType::I32 | DType::I64) || table.shape.is_empty() {
+            if idx.shape.len() != 1
+                || !matches!(idx.dtype, DType::I32 | DType::I64)
+                || table.shape.is_empty()
+            {
                 return Err(GraphError::shape(
                     &name,
-                    format!("needs a table of rank >= 1 and rank-1 integer indices, got {} indices", idx.dtype),
+                    format!(
+                        "needs a table of rank >= 1 and rank-1 integer indices, got {} indices",
+                        idx.dtype
+                    ),
                     &[&table.shape, &idx.shape],
                     "flatten the indices with `reshape`",
                 ));
@@ -516,7 +576,10 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         }
         Op::ScatterAdd { rows } => {
             let (upd, idx) = (args[0], args[1]);
-            if idx.shape.len() != 1 || upd.shape.first() != Some(&idx.shape[0]) || !matches!(idx.dtype, DType::I32 | DType::I64) {
+            if idx.shape.len() != 1
+                || upd.shape.first() != Some(&idx.shape[0])
+                || !matches!(idx.dtype, DType::I32 | DType::I64)
+            {
                 return Err(GraphError::shape(
                     &name,
                     "needs rank-1 integer indices, one per update row",
@@ -533,7 +596,11 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             same_dtype(&name, a, b)?;
             computable(&name, a.dtype)?;
             if !a.dtype.is_float() {
-                return Err(GraphError::dtype(&name, format!("needs float operands, got {}", a.dtype), "cast to f32"));
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("needs float operands, got {}", a.dtype),
+                    "cast to f32",
+                ));
             }
             let (ra, rb) = (a.shape.len(), b.shape.len());
             if ra < 2 || ra != rb || a.shape[..ra - 2] != b.shape[..rb - 2] {
@@ -544,8 +611,16 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
                     "reshape or broadcast the batch axes explicitly",
                 ));
             }
-            let (m, ka) = if *ta { (a.shape[ra - 1], a.shape[ra - 2]) } else { (a.shape[ra - 2], a.shape[ra - 1]) };
-            let (kb, n) = if *tb { (b.shape[rb - 1], b.shape[rb - 2]) } else { (b.shape[rb - 2], b.shape[rb - 1]) };
+            let (m, ka) = if *ta {
+                (a.shape[ra - 1], a.shape[ra - 2])
+            } else {
+                (a.shape[ra - 2], a.shape[ra - 1])
+            };
+            let (kb, n) = if *tb {
+                (b.shape[rb - 1], b.shape[rb - 2])
+            } else {
+                (b.shape[rb - 2], b.shape[rb - 1])
+            };
             if ka != kb {
                 return Err(GraphError::shape(
                     &name,

@@ -5,7 +5,11 @@ use std::fmt;
 
 impl fmt::Display for Graph {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<String> = self.inputs.iter().map(|i| format!("{}: {}", i.name, i.spec)).collect();
+        let names: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| format!("{}: {}", i.name, i.spec))
+            .collect();
         writeln!(f, "graph({}) {{", names.join(", "))?;
         for (id, node) in self.nodes.iter().enumerate() {
             write!(f, "  %{id}: {} = {}", node.spec, node.op.name())?;
@@ -18,10 +22,19 @@ impl fmt::Display for Graph {
                 Op::Cast { to } => write!(f, " to={to}")?,
                 Op::ReduceSum { axes } | Op::ReduceMax { axes } => write!(f, " axes={axes:?}")?,
                 Op::Permute { perm } => write!(f, " perm={perm:?}")?,
-                Op::Slice { start, end, stride } => {
-                    write!(f, " {}..{} step {}", ShapeFmt(start), ShapeFmt(end), ShapeFmt(stride))?
-                }
-                Op::Pad { lo, hi, interior, value } => write!(
+                Op::Slice { start, end, stride } => write!(
+                    f,
+                    " {}..{} step {}",
+                    ShapeFmt(start),
+                    ShapeFmt(end),
+                    ShapeFmt(stride)
+                )?,
+                Op::Pad {
+                    lo,
+                    hi,
+                    interior,
+                    value,
+                } => write!(
                     f,
                     " lo={} hi={} interior={} value={value}",
                     ShapeFmt(lo),
@@ -37,7 +50,11 @@ impl fmt::Display for Graph {
             }
             writeln!(f)?;
         }
-        let outs: Vec<String> = self.outputs.iter().map(|(n, id)| format!("{n}=%{id}")).collect();
+        let outs: Vec<String> = self
+            .outputs
+            .iter()
+            .map(|(n, id)| format!("{n}=%{id}"))
+            .collect();
         writeln!(f, "  return {}", outs.join(", "))?;
         f.write_str("}")
     }

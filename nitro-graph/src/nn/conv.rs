@@ -10,7 +10,13 @@ use crate::trace::Tensor;
 
 /// 2-D convolution: `x [n, c, h, w]`, `weight [o, c, kh, kw]`, optional
 /// `bias [o]`, equal stride and zero padding on both spatial axes.
-pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, stride: usize, padding: usize) -> Tensor {
+pub fn conv2d(
+    x: &Tensor,
+    weight: &Tensor,
+    bias: Option<&Tensor>,
+    stride: usize,
+    padding: usize,
+) -> Tensor {
     let tr = x.tracer();
     if x.rank() != 4 || weight.rank() != 4 || x.shape()[1] != weight.shape()[1] || stride == 0 {
         tr.fail(GraphError::shape(
@@ -24,12 +30,21 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, stride: usize,
     let (n, c, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
     let (o, kh, kw) = (weight.shape()[0], weight.shape()[2], weight.shape()[3]);
     if h + 2 * padding < kh || w + 2 * padding < kw {
-        tr.fail(GraphError::shape("conv2d", "kernel larger than the padded input", &[x.shape(), weight.shape()], ""));
+        tr.fail(GraphError::shape(
+            "conv2d",
+            "kernel larger than the padded input",
+            &[x.shape(), weight.shape()],
+            "",
+        ));
         return x.clone();
     }
     let oh = (h + 2 * padding - kh) / stride + 1;
     let ow = (w + 2 * padding - kw) / stride + 1;
-    let xp = if padding > 0 { x.pad(&[0, 0, padding, padding], &[0, 0, padding, padding], 0.0) } else { x.clone() };
+    let xp = if padding > 0 {
+        x.pad(&[0, 0, padding, padding], &[0, 0, padding, padding], 0.0)
+    } else {
+        x.clone()
+    };
     let mut windows = Vec::with_capacity(kh * kw);
     for i in 0..kh {
         for j in 0..kw {
@@ -45,7 +60,10 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, stride: usize,
         .permute(&[0, 3, 4, 1, 2])
         .reshape(&[n * oh * ow, c * kh * kw]);
     let kernel = weight.reshape(&[o, c * kh * kw]);
-    let out = patches.matmul_t(&kernel, false, true).reshape(&[n, oh, ow, o]).permute(&[0, 3, 1, 2]);
+    let out = patches
+        .matmul_t(&kernel, false, true)
+        .reshape(&[n, oh, ow, o])
+        .permute(&[0, 3, 1, 2]);
     match bias {
         Some(b) => out + b.reshape(&[1, o, 1, 1]),
         None => out,
@@ -55,14 +73,23 @@ pub fn conv2d(x: &Tensor, weight: &Tensor, bias: Option<&Tensor>, stride: usize,
 fn pool(x: &Tensor, k: usize, stride: usize, max: bool) -> Tensor {
     let tr = x.tracer();
     if x.rank() != 4 || k == 0 || stride == 0 || x.shape()[2] < k || x.shape()[3] < k {
-        tr.fail(GraphError::shape("pool2d", "expects x [n,c,h,w] with h, w >= kernel >= 1", &[x.shape()], ""));
+        tr.fail(GraphError::shape(
+            "pool2d",
+            "expects x [n,c,h,w] with h, w >= kernel >= 1",
+            &[x.shape()],
+            "",
+        ));
         return x.clone();
     }
     let (n, c, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
     if k == stride && h % k == 0 && w % k == 0 {
         // Non-overlapping windows: a reshape exposes them as axes 3 and 5.
         let r = x.reshape(&[n, c, h / k, k, w / k, k]);
-        return if max { r.max(&[3, 5]) } else { r.sum(&[3, 5]) / (k * k) as f64 };
+        return if max {
+            r.max(&[3, 5])
+        } else {
+            r.sum(&[3, 5]) / (k * k) as f64
+        };
     }
     let (oh, ow) = ((h - k) / stride + 1, (w - k) / stride + 1);
     let mut acc: Option<Tensor> = None;

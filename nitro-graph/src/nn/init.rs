@@ -10,7 +10,9 @@ pub struct InitRng {
 impl InitRng {
     /// A generator from `seed`.
     pub fn new(seed: u64) -> InitRng {
-        InitRng { state: seed ^ 0x6A09_E667_F3BC_C909 }
+        InitRng {
+            state: seed ^ 0x6A09_E667_F3BC_C909,
+        }
     }
 
     /// The next 64 random bits.
@@ -36,6 +38,8 @@ impl InitRng {
 
     /// `n` values uniform in [-limit, limit).
     pub fn uniform_vec(&mut self, n: usize, limit: f64) -> Vec<f32> {
-        (0..n).map(|_| ((self.uniform() * 2.0 - 1.0) * limit) as f32).collect()
+        (0..n)
+            .map(|_| ((self.uniform() * 2.0 - 1.0) * limit) as f32)
+            .collect()
     }
 }

@@ -94,7 +94,11 @@ pub struct Dense {
 impl Dense {
     /// A dense layer with no activation.
     pub fn new(input: usize, output: usize) -> Dense {
-        Dense { input, output, activation: None }
+        Dense {
+            input,
+            output,
+            activation: None,
+        }
     }
 
     /// The same layer followed by `activation`.
@@ -109,7 +113,10 @@ impl Layer for Dense {
         let limit = (6.0 / (self.input + self.output) as f64).sqrt();
         let w = rng.uniform_vec(self.input * self.output, limit);
         params.insert(path(prefix, "weight"), array(&[self.input, self.output], w));
-        params.insert(path(prefix, "bias"), array(&[self.output], vec![0.0; self.output]));
+        params.insert(
+            path(prefix, "bias"),
+            array(&[self.output], vec![0.0; self.output]),
+        );
     }
 
     fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
@@ -143,8 +150,14 @@ impl Layer for Conv2d {
         let fan_in = self.input * self.kernel * self.kernel;
         let limit = (6.0 / fan_in as f64).sqrt();
         let shape = [self.output, self.input, self.kernel, self.kernel];
-        params.insert(path(prefix, "weight"), array(&shape, rng.uniform_vec(shape.iter().product(), limit)));
-        params.insert(path(prefix, "bias"), array(&[self.output], vec![0.0; self.output]));
+        params.insert(
+            path(prefix, "weight"),
+            array(&shape, rng.uniform_vec(shape.iter().product(), limit)),
+        );
+        params.insert(
+            path(prefix, "bias"),
+            array(&[self.output], vec![0.0; self.output]),
+        );
     }
 
     fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
@@ -188,8 +201,14 @@ pub struct LayerNorm {
 
 impl Layer for LayerNorm {
     fn init(&self, _: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        params.insert(path(prefix, "scale"), array(&[self.dim], vec![1.0; self.dim]));
-        params.insert(path(prefix, "shift"), array(&[self.dim], vec![0.0; self.dim]));
+        params.insert(
+            path(prefix, "scale"),
+            array(&[self.dim], vec![1.0; self.dim]),
+        );
+        params.insert(
+            path(prefix, "shift"),
+            array(&[self.dim], vec![0.0; self.dim]),
+        );
     }
 
     fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
@@ -217,7 +236,9 @@ pub struct Embedding {
 
 impl Layer for Embedding {
     fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        let table = (0..self.vocab * self.dim).map(|_| rng.normal() as f32 * 0.02).collect();
+        let table = (0..self.vocab * self.dim)
+            .map(|_| rng.normal() as f32 * 0.02)
+            .collect();
         params.insert(path(prefix, "table"), array(&[self.vocab, self.dim], table));
     }
 
@@ -261,6 +282,8 @@ impl Layer for Chain {
     }
 
     fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
-        self.0.iter().enumerate().fold(x.clone(), |h, (i, layer)| layer.apply(params, &path(prefix, &i.to_string()), &h))
+        self.0.iter().enumerate().fold(x.clone(), |h, (i, layer)| {
+            layer.apply(params, &path(prefix, &i.to_string()), &h)
+        })
     }
 }

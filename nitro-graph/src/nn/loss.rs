@@ -12,18 +12,30 @@ pub fn softmax_cross_entropy(logits: &Tensor, labels: &Tensor, smoothing: f64) -
 }
 
 /// Cross-entropy per sample (`[n]`), for weighting or masking.
-pub fn softmax_cross_entropy_per_sample(logits: &Tensor, labels: &Tensor, smoothing: f64) -> Tensor {
+pub fn softmax_cross_entropy_per_sample(
+    logits: &Tensor,
+    labels: &Tensor,
+    smoothing: f64,
+) -> Tensor {
     let classes = logits.shape().last().copied().unwrap_or(1);
     let logp = log_softmax(logits, logits.rank().saturating_sub(1));
     let target = one_hot(labels, classes, logits.dtype());
-    let target = if smoothing == 0.0 { target } else { target * (1.0 - smoothing) + smoothing / classes as f64 };
+    let target = if smoothing == 0.0 {
+        target
+    } else {
+        target * (1.0 - smoothing) + smoothing / classes as f64
+    };
     -(target * logp).sum(&[logits.rank() - 1])
 }
 
 /// Cross-entropy averaged with per-sample `weights [n]` (e.g. a padding
 /// mask: padded samples carry 0 and contribute nothing, the mean is over
 /// the real ones).
-pub fn weighted_softmax_cross_entropy(logits: &Tensor, labels: &Tensor, weights: &Tensor) -> Tensor {
+pub fn weighted_softmax_cross_entropy(
+    logits: &Tensor,
+    labels: &Tensor,
+    weights: &Tensor,
+) -> Tensor {
     let per = softmax_cross_entropy_per_sample(logits, labels, 0.0);
     (per * weights).sum_all() / weights.sum_all()
 }

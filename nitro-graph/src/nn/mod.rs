@@ -15,4 +15,4 @@ pub mod loss;
 pub mod ops;
 pub mod optim;
 
-pub use layers::{Chain, Conv2d, Dense, Embedding, LayerNorm, Layer, Params};
+pub use layers::{Chain, Conv2d, Dense, Embedding, Layer, LayerNorm, Params};

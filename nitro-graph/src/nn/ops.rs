@@ -22,7 +22,10 @@ pub fn softplus(x: &Tensor) -> Tensor {
 
 /// Mean over `axes`.
 pub fn mean(x: &Tensor, axes: &[usize]) -> Tensor {
-    let n: usize = axes.iter().map(|&a| x.shape().get(a).copied().unwrap_or(1)).product();
+    let n: usize = axes
+        .iter()
+        .map(|&a| x.shape().get(a).copied().unwrap_or(1))
+        .product();
     x.sum(axes) / (n.max(1) as f64)
 }
 
@@ -80,7 +83,8 @@ pub fn argmax(x: &Tensor) -> Tensor {
     let kd = kept(x, axis);
     let is_max = x.eq_t(&x.max(&[axis]).reshape(&kd));
     // Score n-1-i where the max is, -1 elsewhere: the max score is the first index.
-    let rev = x.tracer().iota(x.shape(), axis, DType::I32).neg() + x.tracer().scalar((n - 1) as f64, DType::I32);
+    let rev = x.tracer().iota(x.shape(), axis, DType::I32).neg()
+        + x.tracer().scalar((n - 1) as f64, DType::I32);
     let score = is_max.select(&rev, &x.tracer().scalar(-1.0, DType::I32));
     x.tracer().scalar((n - 1) as f64, DType::I32) - score.max(&[axis])
 }
@@ -91,6 +95,8 @@ pub fn one_hot(labels: &Tensor, classes: usize, dtype: DType) -> Tensor {
     shape.push(classes);
     let mut lshape = labels.shape().to_vec();
     lshape.push(1);
-    let idx = labels.tracer().iota(&shape, shape.len() - 1, labels.dtype());
+    let idx = labels
+        .tracer()
+        .iota(&shape, shape.len() - 1, labels.dtype());
     idx.eq_t(&labels.reshape(&lshape)).cast(dtype)
 }

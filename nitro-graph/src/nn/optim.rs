@@ -23,7 +23,13 @@ pub struct AdamHyper<'a> {
 /// One Adam(W) update: returns (param, m, v) after the step. With a
 /// non-zero `weight_decay` the decay is decoupled from the gradient
 /// (Loshchilov & Hutter): `p -= lr * wd * p`, not added to `g`.
-pub fn adam(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &AdamHyper<'_>) -> (Tensor, Tensor, Tensor) {
+pub fn adam(
+    p: &Tensor,
+    g: &Tensor,
+    m: &Tensor,
+    v: &Tensor,
+    h: &AdamHyper<'_>,
+) -> (Tensor, Tensor, Tensor) {
     let one = h.beta1.scalar_like(1.0);
     let m_new = h.beta1 * m + (&one - h.beta1) * g;
     let v_new = h.beta2 * v + (&one - h.beta2) * g * g;
@@ -35,16 +41,31 @@ pub fn adam(p: &Tensor, g: &Tensor, m: &Tensor, v: &Tensor, h: &AdamHyper<'_>) -
 
 /// One SGD step with optional momentum (`buf` is the velocity) and
 /// Nesterov: returns (param, buf).
-pub fn sgd(p: &Tensor, g: &Tensor, buf: &Tensor, lr: &Tensor, momentum: &Tensor, nesterov: bool) -> (Tensor, Tensor) {
+pub fn sgd(
+    p: &Tensor,
+    g: &Tensor,
+    buf: &Tensor,
+    lr: &Tensor,
+    momentum: &Tensor,
+    nesterov: bool,
+) -> (Tensor, Tensor) {
     let buf_new = momentum * buf + g;
-    let step = if nesterov { g + momentum * &buf_new } else { buf_new.clone() };
+    let step = if nesterov {
+        g + momentum * &buf_new
+    } else {
+        buf_new.clone()
+    };
     (p - lr * step, buf_new)
 }
 
 /// Scale `grads` so their global L2 norm is at most `max_norm` (unchanged
 /// when already below). Returns the scaled gradients and the norm.
 pub fn clip_by_global_norm(grads: &[Tensor], max_norm: &Tensor) -> (Vec<Tensor>, Tensor) {
-    let sq = grads.iter().map(|g| (g * g).sum_all()).reduce(|a, b| a + b).unwrap_or_else(|| max_norm.scalar_like(0.0));
+    let sq = grads
+        .iter()
+        .map(|g| (g * g).sum_all())
+        .reduce(|a, b| a + b)
+        .unwrap_or_else(|| max_norm.scalar_like(0.0));
     let norm = sq.sqrt();
     let scale = (max_norm / (&norm + 1e-12)).minimum(&max_norm.scalar_like(1.0));
     (grads.iter().map(|g| g * &scale).collect(), norm)

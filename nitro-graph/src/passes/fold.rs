@@ -110,7 +110,9 @@ impl Pass for ConstantFold {
                 return Decision::Keep;
             }
             let values: Option<Vec<f64>> = node.args.iter().map(|&a| fill_value(out, a)).collect();
-            let Some(values) = values else { return Decision::Keep };
+            let Some(values) = values else {
+                return Decision::Keep;
+            };
             let first = &out.nodes[node.args[0]].spec;
             let dtype_in = out.nodes[*node.args.last().expect("has args")].spec.dtype;
             // Reshape/broadcast of a fill is already free; fold only real work.
@@ -123,7 +125,10 @@ impl Pass for ConstantFold {
             }
             match eval(&node.op, &values, dtype_in, first.numel()) {
                 Some(v) => Decision::Replace(Node {
-                    op: Op::Fill { value: round_to(node.spec.dtype, v), shape: node.spec.shape.clone() },
+                    op: Op::Fill {
+                        value: round_to(node.spec.dtype, v),
+                        shape: node.spec.shape.clone(),
+                    },
                     args: vec![],
                     spec: node.spec.clone(),
                 }),

@@ -25,7 +25,12 @@ pub trait Pass: Send + Sync {
 
 /// Simplification, constant folding, CSE and dead-code elimination.
 pub fn default_pipeline() -> Vec<Box<dyn Pass>> {
-    vec![Box::new(Simplify), Box::new(ConstantFold), Box::new(Cse), Box::new(Dce)]
+    vec![
+        Box::new(Simplify),
+        Box::new(ConstantFold),
+        Box::new(Cse),
+        Box::new(Dce),
+    ]
 }
 
 /// Run `passes` in order until none changes the graph (at most 8 rounds).

@@ -16,11 +16,18 @@ pub enum Decision {
 /// Rebuild `graph`, deciding per node with `rule(new_graph, old_node_with_new_args)`.
 /// Returns whether anything changed.
 pub fn rebuild(graph: &mut Graph, mut rule: impl FnMut(&Graph, &Node) -> Decision) -> bool {
-    let mut out = Graph { inputs: graph.inputs.clone(), ..Default::default() };
+    let mut out = Graph {
+        inputs: graph.inputs.clone(),
+        ..Default::default()
+    };
     let mut map: Vec<NodeId> = Vec::with_capacity(graph.nodes.len());
     let mut changed = false;
     for node in &graph.nodes {
-        let remapped = Node { op: node.op.clone(), args: node.args.iter().map(|&a| map[a]).collect(), spec: node.spec.clone() };
+        let remapped = Node {
+            op: node.op.clone(),
+            args: node.args.iter().map(|&a| map[a]).collect(),
+            spec: node.spec.clone(),
+        };
         let id = match rule(&out, &remapped) {
             Decision::Keep => out.push(remapped.op, remapped.args, remapped.spec),
             Decision::Forward(id) => {
@@ -37,7 +44,11 @@ pub fn rebuild(graph: &mut Graph, mut rule: impl FnMut(&Graph, &Node) -> Decisio
     for input in &mut out.inputs {
         input.node = map[input.node];
     }
-    out.outputs = graph.outputs.iter().map(|(n, id)| (n.clone(), map[*id])).collect();
+    out.outputs = graph
+        .outputs
+        .iter()
+        .map(|(n, id)| (n.clone(), map[*id]))
+        .collect();
     *graph = out;
     changed
 }

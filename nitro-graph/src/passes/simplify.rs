@@ -26,25 +26,45 @@ fn rule(g: &Graph, node: &Node) -> Decision {
     let arg_node = |i: usize| &g.nodes[node.args[i]];
     let same_as = |i: usize| arg_node(i).spec == node.spec;
     match &node.op {
-        Op::Binary(BinaryOp::Add) if is_const(g, arg(1), 0.0) && same_as(0) => Decision::Forward(arg(0)),
-        Op::Binary(BinaryOp::Add) if is_const(g, arg(0), 0.0) && same_as(1) => Decision::Forward(arg(1)),
-        Op::Binary(BinaryOp::Sub) if is_const(g, arg(1), 0.0) && same_as(0) => Decision::Forward(arg(0)),
-        Op::Binary(BinaryOp::Mul) if is_const(g, arg(1), 1.0) && same_as(0) => Decision::Forward(arg(0)),
-        Op::Binary(BinaryOp::Mul) if is_const(g, arg(0), 1.0) && same_as(1) => Decision::Forward(arg(1)),
-        Op::Binary(BinaryOp::Div) if is_const(g, arg(1), 1.0) && same_as(0) => Decision::Forward(arg(0)),
+        Op::Binary(BinaryOp::Add) if is_const(g, arg(1), 0.0) && same_as(0) => {
+            Decision::Forward(arg(0))
+        }
+        Op::Binary(BinaryOp::Add) if is_const(g, arg(0), 0.0) && same_as(1) => {
+            Decision::Forward(arg(1))
+        }
+        Op::Binary(BinaryOp::Sub) if is_const(g, arg(1), 0.0) && same_as(0) => {
+            Decision::Forward(arg(0))
+        }
+        Op::Binary(BinaryOp::Mul) if is_const(g, arg(1), 1.0) && same_as(0) => {
+            Decision::Forward(arg(0))
+        }
+        Op::Binary(BinaryOp::Mul) if is_const(g, arg(0), 1.0) && same_as(1) => {
+            Decision::Forward(arg(1))
+        }
+        Op::Binary(BinaryOp::Div) if is_const(g, arg(1), 1.0) && same_as(0) => {
+            Decision::Forward(arg(0))
+        }
         Op::Unary(UnaryOp::Neg) if matches!(arg_node(0).op, Op::Unary(UnaryOp::Neg)) => {
             Decision::Forward(arg_node(0).args[0])
         }
-        Op::Reshape { .. } | Op::Broadcast { .. } | Op::Cast { .. } if same_as(0) => Decision::Forward(arg(0)),
+        Op::Reshape { .. } | Op::Broadcast { .. } | Op::Cast { .. } if same_as(0) => {
+            Decision::Forward(arg(0))
+        }
         Op::Reshape { shape } if matches!(arg_node(0).op, Op::Reshape { .. }) => {
             let inner = arg_node(0).args[0];
             if g.nodes[inner].spec.shape == *shape {
                 Decision::Forward(inner)
             } else {
-                Decision::Replace(Node { op: node.op.clone(), args: vec![inner], spec: node.spec.clone() })
+                Decision::Replace(Node {
+                    op: node.op.clone(),
+                    args: vec![inner],
+                    spec: node.spec.clone(),
+                })
             }
         }
-        Op::Permute { perm } if perm.iter().enumerate().all(|(i, &p)| i == p) => Decision::Forward(arg(0)),
+        Op::Permute { perm } if perm.iter().enumerate().all(|(i, &p)| i == p) => {
+            Decision::Forward(arg(0))
+        }
         Op::Permute { perm } => match &arg_node(0).op {
             Op::Permute { perm: inner } => {
                 let composed: Vec<usize> = perm.iter().map(|&p| inner[p]).collect();
@@ -52,7 +72,11 @@ fn rule(g: &Graph, node: &Node) -> Decision {
                 if composed.iter().enumerate().all(|(i, &p)| i == p) {
                     Decision::Forward(src)
                 } else {
-                    Decision::Replace(Node { op: Op::Permute { perm: composed }, args: vec![src], spec: node.spec.clone() })
+                    Decision::Replace(Node {
+                        op: Op::Permute { perm: composed },
+                        args: vec![src],
+                        spec: node.spec.clone(),
+                    })
                 }
             }
             _ => Decision::Keep,
@@ -65,7 +89,10 @@ fn rule(g: &Graph, node: &Node) -> Decision {
             match (flip(0), flip(1)) {
                 (None, None) => Decision::Keep,
                 (fa, fb) => Decision::Replace(Node {
-                    op: Op::MatMul { ta: *ta ^ fa.is_some(), tb: *tb ^ fb.is_some() },
+                    op: Op::MatMul {
+                        ta: *ta ^ fa.is_some(),
+                        tb: *tb ^ fb.is_some(),
+                    },
                     args: vec![fa.unwrap_or(arg(0)), fb.unwrap_or(arg(1))],
                     spec: node.spec.clone(),
                 }),

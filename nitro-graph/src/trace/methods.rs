@@ -22,7 +22,11 @@ fn broadcast_shape(op: &str, a: &[usize], b: &[usize]) -> Result<Vec<usize>, Gra
     if a.len() != b.len() {
         return Err(GraphError::shape(
             op,
-            format!("operands have rank {} and {} (no implicit rank promotion)", a.len(), b.len()),
+            format!(
+                "operands have rank {} and {} (no implicit rank promotion)",
+                a.len(),
+                b.len()
+            ),
             &[a, b],
             "reshape one operand to the other's rank, e.g. `x.reshape(&[n, 1])`",
         ));
@@ -160,7 +164,11 @@ impl Tensor {
             .and_then(|s| broadcast_shape("select", &s, b.shape()));
         match shape {
             Ok(shape) => {
-                let (c, a, b) = (self.broadcast_to(&shape), a.broadcast_to(&shape), b.broadcast_to(&shape));
+                let (c, a, b) = (
+                    self.broadcast_to(&shape),
+                    a.broadcast_to(&shape),
+                    b.broadcast_to(&shape),
+                );
                 self.tracer.record(Op::Select, &[&c, &a, &b], a.dtype())
             }
             Err(err) => {
@@ -180,12 +188,14 @@ impl Tensor {
 
     /// Sum over `axes` (removed from the shape).
     pub fn sum(&self, axes: &[usize]) -> Tensor {
-        self.tracer.record(Op::ReduceSum { axes: sorted(axes) }, &[self], self.dtype())
+        self.tracer
+            .record(Op::ReduceSum { axes: sorted(axes) }, &[self], self.dtype())
     }
 
     /// Maximum over `axes` (removed from the shape).
     pub fn max(&self, axes: &[usize]) -> Tensor {
-        self.tracer.record(Op::ReduceMax { axes: sorted(axes) }, &[self], self.dtype())
+        self.tracer
+            .record(Op::ReduceMax { axes: sorted(axes) }, &[self], self.dtype())
     }
 
     /// Sum of every element (a scalar).
@@ -198,19 +208,36 @@ impl Tensor {
         if shape == self.shape() {
             return self.clone();
         }
-        self.tracer.record(Op::Reshape { shape: shape.to_vec() }, &[self], self.dtype())
+        self.tracer.record(
+            Op::Reshape {
+                shape: shape.to_vec(),
+            },
+            &[self],
+            self.dtype(),
+        )
     }
 
     /// Reorder axes: output axis `i` is input axis `perm[i]`.
     pub fn permute(&self, perm: &[usize]) -> Tensor {
-        self.tracer.record(Op::Permute { perm: perm.to_vec() }, &[self], self.dtype())
+        self.tracer.record(
+            Op::Permute {
+                perm: perm.to_vec(),
+            },
+            &[self],
+            self.dtype(),
+        )
     }
 
     /// Swap the last two axes.
     pub fn t(&self) -> Tensor {
         let r = self.rank();
         if r < 2 {
-            self.tracer.fail(GraphError::shape("transpose", "needs rank >= 2", &[self.shape()], ""));
+            self.tracer.fail(GraphError::shape(
+                "transpose",
+                "needs rank >= 2",
+                &[self.shape()],
+                "",
+            ));
             return self.clone();
         }
         let mut perm: Vec<usize> = (0..r).collect();
@@ -224,20 +251,39 @@ impl Tensor {
         if shape == self.shape() {
             return self.clone();
         }
-        let src = if self.rank() == 0 { self.reshape(&vec![1; shape.len()]) } else { self.clone() };
-        self.tracer.record(Op::Broadcast { shape: shape.to_vec() }, &[&src], self.dtype())
+        let src = if self.rank() == 0 {
+            self.reshape(&vec![1; shape.len()])
+        } else {
+            self.clone()
+        };
+        self.tracer.record(
+            Op::Broadcast {
+                shape: shape.to_vec(),
+            },
+            &[&src],
+            self.dtype(),
+        )
     }
 
     /// Strided window `start..end` step `stride` on every axis.
     pub fn slice(&self, start: &[usize], end: &[usize], stride: &[usize]) -> Tensor {
-        let op = Op::Slice { start: start.to_vec(), end: end.to_vec(), stride: stride.to_vec() };
+        let op = Op::Slice {
+            start: start.to_vec(),
+            end: end.to_vec(),
+            stride: stride.to_vec(),
+        };
         self.tracer.record(op, &[self], self.dtype())
     }
 
     /// `start..end` along one axis.
     pub fn narrow(&self, axis: usize, start: usize, end: usize) -> Tensor {
         if axis >= self.rank() {
-            self.tracer.fail(GraphError::shape("narrow", format!("axis {axis} out of range"), &[self.shape()], ""));
+            self.tracer.fail(GraphError::shape(
+                "narrow",
+                format!("axis {axis} out of range"),
+                &[self.shape()],
+                "",
+            ));
             return self.clone();
         }
         let mut s = vec![0; self.rank()];
@@ -249,7 +295,12 @@ impl Tensor {
 
     /// Pad with `value`: `lo` before and `hi` after every axis.
     pub fn pad(&self, lo: &[usize], hi: &[usize], value: f64) -> Tensor {
-        let op = Op::Pad { lo: lo.to_vec(), hi: hi.to_vec(), interior: vec![0; lo.len()], value };
+        let op = Op::Pad {
+            lo: lo.to_vec(),
+            hi: hi.to_vec(),
+            interior: vec![0; lo.len()],
+            value,
+        };
         self.tracer.record(op, &[self], self.dtype())
     }
 
@@ -257,7 +308,9 @@ impl Tensor {
     pub fn concat(parts: &[Tensor], axis: usize) -> Tensor {
         let refs: Vec<&Tensor> = parts.iter().collect();
         let first = refs[0];
-        first.tracer.record(Op::Concat { axis }, &refs, first.dtype())
+        first
+            .tracer
+            .record(Op::Concat { axis }, &refs, first.dtype())
     }
 
     /// Rows `idx` of this table (idx: rank-1 integers).
@@ -267,7 +320,8 @@ impl Tensor {
 
     /// Sum rows of `self` into a zero table of `rows` rows at `idx`.
     pub fn scatter_add(&self, idx: &Tensor, rows: usize) -> Tensor {
-        self.tracer.record(Op::ScatterAdd { rows }, &[self, idx], self.dtype())
+        self.tracer
+            .record(Op::ScatterAdd { rows }, &[self, idx], self.dtype())
     }
 
     /// Matrix product over the last two axes (batch axes equal).
@@ -277,7 +331,8 @@ impl Tensor {
 
     /// Matrix product with either operand transposed in place (no copy).
     pub fn matmul_t(&self, other: &Tensor, ta: bool, tb: bool) -> Tensor {
-        self.tracer.record(Op::MatMul { ta, tb }, &[self, other], self.dtype())
+        self.tracer
+            .record(Op::MatMul { ta, tb }, &[self, other], self.dtype())
     }
 }
 
@@ -293,9 +348,17 @@ mod tests {
 
     #[test]
     fn broadcasting_rule() {
-        assert_eq!(broadcast_shape("add", &[3, 1], &[3, 4]).unwrap(), vec![3, 4]);
+        assert_eq!(
+            broadcast_shape("add", &[3, 1], &[3, 4]).unwrap(),
+            vec![3, 4]
+        );
         assert_eq!(broadcast_shape("add", &[], &[3, 4]).unwrap(), vec![3, 4]);
-        let err = broadcast_shape("add", &[4, 1], &[4]).unwrap_err().to_string();
-        assert!(err.contains("`add`") && err.contains("[4,1] and [4]"), "{err}");
+        let err = broadcast_shape("add", &[4, 1], &[4])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`add`") && err.contains("[4,1] and [4]"),
+            "{err}"
+        );
     }
 }

@@ -58,14 +58,29 @@ impl Tracer {
             });
         }
         let node = st.graph.push(Op::Input { index }, vec![], spec.clone());
-        st.graph.inputs.push(InputDecl { name: name.to_string(), spec: spec.clone(), node });
+        st.graph.inputs.push(InputDecl {
+            name: name.to_string(),
+            spec: spec.clone(),
+            node,
+        });
         drop(st);
-        Tensor { id: node, spec, tracer: self.clone() }
+        Tensor {
+            id: node,
+            spec,
+            tracer: self.clone(),
+        }
     }
 
     /// A tensor of `shape` filled with `value`.
     pub fn fill(&self, value: f64, shape: &[usize], dtype: DType) -> Tensor {
-        self.record(Op::Fill { value, shape: shape.to_vec() }, &[], dtype)
+        self.record(
+            Op::Fill {
+                value,
+                shape: shape.to_vec(),
+            },
+            &[],
+            dtype,
+        )
     }
 
     /// A scalar constant.
@@ -75,12 +90,26 @@ impl Tracer {
 
     /// A baked constant array (row-major `values`).
     pub fn literal(&self, values: &[f64], shape: &[usize], dtype: DType) -> Tensor {
-        self.record(Op::Literal { values: values.to_vec(), shape: shape.to_vec() }, &[], dtype)
+        self.record(
+            Op::Literal {
+                values: values.to_vec(),
+                shape: shape.to_vec(),
+            },
+            &[],
+            dtype,
+        )
     }
 
     /// Indices along `axis` of `shape`.
     pub fn iota(&self, shape: &[usize], axis: usize, dtype: DType) -> Tensor {
-        self.record(Op::Iota { axis, shape: shape.to_vec() }, &[], dtype)
+        self.record(
+            Op::Iota {
+                axis,
+                shape: shape.to_vec(),
+            },
+            &[],
+            dtype,
+        )
     }
 
     /// Uniform [0, 1) numbers from a counter-based generator keyed by the
@@ -91,7 +120,14 @@ impl Tracer {
             st.next_salt += 1;
             st.next_salt
         };
-        self.record(Op::RandomUniform { salt, shape: shape.to_vec() }, &[key], dtype)
+        self.record(
+            Op::RandomUniform {
+                salt,
+                shape: shape.to_vec(),
+            },
+            &[key],
+            dtype,
+        )
     }
 
     /// The first error recorded so far, if any.
@@ -136,7 +172,11 @@ impl Tracer {
             Ok(spec) => {
                 let ids = args.iter().map(|t| t.id).collect();
                 let id = self.0.borrow_mut().graph.push(op, ids, spec.clone());
-                Tensor { id, spec, tracer: self.clone() }
+                Tensor {
+                    id,
+                    spec,
+                    tracer: self.clone(),
+                }
             }
             Err(err) => {
                 self.fail(err);
@@ -146,10 +186,20 @@ impl Tracer {
     }
 
     fn placeholder(&self, args: &[&Tensor], dtype: DType) -> Tensor {
-        let spec = args.first().map(|t| t.spec.clone()).unwrap_or(TensorSpec::new(dtype, &[]));
-        let op = Op::Fill { value: f64::NAN, shape: spec.shape.clone() };
+        let spec = args
+            .first()
+            .map(|t| t.spec.clone())
+            .unwrap_or(TensorSpec::new(dtype, &[]));
+        let op = Op::Fill {
+            value: f64::NAN,
+            shape: spec.shape.clone(),
+        };
         let id = self.0.borrow_mut().graph.push(op, vec![], spec.clone());
-        Tensor { id, spec, tracer: self.clone() }
+        Tensor {
+            id,
+            spec,
+            tracer: self.clone(),
+        }
     }
 
     /// The op and argument ids of node `id` (for autodiff).
@@ -162,7 +212,11 @@ impl Tracer {
     /// A tensor handle for an existing node.
     pub(crate) fn handle(&self, id: NodeId) -> Tensor {
         let spec = self.0.borrow().graph.nodes[id].spec.clone();
-        Tensor { id, spec, tracer: self.clone() }
+        Tensor {
+            id,
+            spec,
+            tracer: self.clone(),
+        }
     }
 
     /// Whether `t` belongs to this trace.
@@ -215,7 +269,10 @@ where
     F: FnOnce(&Tracer, &[Tensor]) -> Result<Vec<(String, Tensor)>>,
 {
     let tracer = Tracer::new();
-    let args: Vec<Tensor> = inputs.iter().map(|(n, s)| tracer.input(n, s.clone())).collect();
+    let args: Vec<Tensor> = inputs
+        .iter()
+        .map(|(n, s)| tracer.input(n, s.clone()))
+        .collect();
     let outputs = match f(&tracer, &args) {
         Ok(outputs) => outputs,
         // A recorded trace error is the root cause of most hook errors: prefer it.

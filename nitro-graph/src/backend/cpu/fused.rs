@@ -60,15 +60,53 @@ impl Reg {
 
 #[derive(Clone, Debug)]
 enum Instr {
-    Load { dst: usize, input: usize, access: Access },
-    Fill { dst: usize, value: f64 },
-    Iota { dst: usize, div: usize, dim: usize },
-    Random { dst: usize, key: usize, salt: u64 },
-    Unary { dst: usize, op: UnaryOp, a: usize },
-    Binary { dst: usize, op: BinaryOp, a: usize, b: usize },
-    Compare { dst: usize, op: CmpOp, a: usize, b: usize },
-    Select { dst: usize, c: usize, a: usize, b: usize },
-    Cast { dst: usize, a: usize, to: DType },
+    Load {
+        dst: usize,
+        input: usize,
+        access: Access,
+    },
+    Fill {
+        dst: usize,
+        value: f64,
+    },
+    Iota {
+        dst: usize,
+        div: usize,
+        dim: usize,
+    },
+    Random {
+        dst: usize,
+        key: usize,
+        salt: u64,
+    },
+    Unary {
+        dst: usize,
+        op: UnaryOp,
+        a: usize,
+    },
+    Binary {
+        dst: usize,
+        op: BinaryOp,
+        a: usize,
+        b: usize,
+    },
+    Compare {
+        dst: usize,
+        op: CmpOp,
+        a: usize,
+        b: usize,
+    },
+    Select {
+        dst: usize,
+        c: usize,
+        a: usize,
+        b: usize,
+    },
+    Cast {
+        dst: usize,
+        a: usize,
+        to: DType,
+    },
 }
 
 /// A fused group ready to run: register instructions over the group's
@@ -120,7 +158,10 @@ impl FusedKernel {
                 let r = match src {
                     Source::Fill(value) => {
                         let r = new_reg(&mut k.classes, class_of(arg_dtype));
-                        fills.push(Instr::Fill { dst: r, value: *value });
+                        fills.push(Instr::Fill {
+                            dst: r,
+                            value: *value,
+                        });
                         r
                     }
                     Source::Iota(n) => {
@@ -137,7 +178,11 @@ impl FusedKernel {
                             }
                         };
                         let r = new_reg(&mut k.classes, class_of(graph.nodes[*node].spec.dtype));
-                        loads.push(Instr::Load { dst: r, input, access: access.clone() });
+                        loads.push(Instr::Load {
+                            dst: r,
+                            input,
+                            access: access.clone(),
+                        });
                         r
                     }
                     Source::Reg(_) => unreachable!("skipped above"),
@@ -164,12 +209,39 @@ impl FusedKernel {
                     continue;
                 }
                 Op::Iota { .. } => iota_instr(graph, m, dst),
-                Op::RandomUniform { salt, .. } => Instr::Random { dst, key: arg[0], salt: *salt },
-                Op::Unary(op) => Instr::Unary { dst, op: *op, a: arg[0] },
-                Op::Binary(op) => Instr::Binary { dst, op: *op, a: arg[0], b: arg[1] },
-                Op::Compare(op) => Instr::Compare { dst, op: *op, a: arg[0], b: arg[1] },
-                Op::Select => Instr::Select { dst, c: arg[0], a: arg[1], b: arg[2] },
-                Op::Cast { to } => Instr::Cast { dst, a: arg[0], to: *to },
+                Op::RandomUniform { salt, .. } => Instr::Random {
+                    dst,
+                    key: arg[0],
+                    salt: *salt,
+                },
+                Op::Unary(op) => Instr::Unary {
+                    dst,
+                    op: *op,
+                    a: arg[0],
+                },
+                Op::Binary(op) => Instr::Binary {
+                    dst,
+                    op: *op,
+                    a: arg[0],
+                    b: arg[1],
+                },
+                Op::Compare(op) => Instr::Compare {
+                    dst,
+                    op: *op,
+                    a: arg[0],
+                    b: arg[1],
+                },
+                Op::Select => Instr::Select {
+                    dst,
+                    c: arg[0],
+                    a: arg[1],
+                    b: arg[2],
+                },
+                Op::Cast { to } => Instr::Cast {
+                    dst,
+                    a: arg[0],
+                    to: *to,
+                },
                 other => unreachable!("{} is not elementwise", other.name()),
             };
             compute.push(instr);
@@ -219,9 +291,15 @@ impl FusedKernel {
 }
 
 fn iota_instr(graph: &Graph, n: NodeId, dst: usize) -> Instr {
-    let Op::Iota { axis, shape } = &graph.nodes[n].op else { unreachable!("iota") };
+    let Op::Iota { axis, shape } = &graph.nodes[n].op else {
+        unreachable!("iota")
+    };
     let div: usize = shape[axis + 1..].iter().product();
-    Instr::Iota { dst, div, dim: shape[*axis] }
+    Instr::Iota {
+        dst,
+        div,
+        dim: shape[*axis],
+    }
 }
 
 /// Two distinct registers: `dst` mutably and `a` shared.
@@ -245,26 +323,49 @@ fn with_dst(regs: &mut [Reg], dst: usize, f: impl FnOnce(&mut Reg, &[Reg])) {
 
 fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, len: usize) {
     match instr {
-        Instr::Load { dst, input, access } => load(&mut regs[*dst], inputs[*input], access, at, len),
+        Instr::Load { dst, input, access } => {
+            load(&mut regs[*dst], inputs[*input], access, at, len)
+        }
         Instr::Fill { dst, value } => fill(&mut regs[*dst], *value, len),
         Instr::Iota { dst, div, dim } => {
             let idx = |i: usize| ((at + i) / div) % dim;
             match &mut regs[*dst] {
-                Reg::F32(d) => d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = idx(i) as f32),
-                Reg::F64(d) => d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = idx(i) as f64),
-                Reg::I32(d) => d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = idx(i) as i32),
-                Reg::I64(d) => d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = idx(i) as i64),
-                Reg::Bool(d) => d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = idx(i) != 0),
+                Reg::F32(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = idx(i) as f32),
+                Reg::F64(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = idx(i) as f64),
+                Reg::I32(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = idx(i) as i32),
+                Reg::I64(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = idx(i) as i64),
+                Reg::Bool(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = idx(i) != 0),
             }
         }
         Instr::Random { dst, key, salt } => {
-            let Reg::I32(k) = &regs[*key] else { unreachable!("i32 key") };
+            let Reg::I32(k) = &regs[*key] else {
+                unreachable!("i32 key")
+            };
             let key = k[0];
             match &mut regs[*dst] {
-                Reg::F32(d) => {
-                    d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = uniform(key, *salt, at + i) as f32)
-                }
-                Reg::F64(d) => d[..len].iter_mut().enumerate().for_each(|(i, x)| *x = uniform(key, *salt, at + i)),
+                Reg::F32(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = uniform(key, *salt, at + i) as f32),
+                Reg::F64(d) => d[..len]
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = uniform(key, *salt, at + i)),
                 _ => unreachable!("float random"),
             }
         }
@@ -272,9 +373,15 @@ fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, len: usize) 
             let (d, a) = pair(regs, *dst, *a);
             unary(*op, d, a, len)
         }
-        Instr::Binary { dst, op, a, b } => with_dst(regs, *dst, |d, r| binary(*op, d, &r[*a], &r[*b], len)),
-        Instr::Compare { dst, op, a, b } => with_dst(regs, *dst, |d, r| compare(*op, d, &r[*a], &r[*b], len)),
-        Instr::Select { dst, c, a, b } => with_dst(regs, *dst, |d, r| select(d, &r[*c], &r[*a], &r[*b], len)),
+        Instr::Binary { dst, op, a, b } => {
+            with_dst(regs, *dst, |d, r| binary(*op, d, &r[*a], &r[*b], len))
+        }
+        Instr::Compare { dst, op, a, b } => {
+            with_dst(regs, *dst, |d, r| compare(*op, d, &r[*a], &r[*b], len))
+        }
+        Instr::Select { dst, c, a, b } => {
+            with_dst(regs, *dst, |d, r| select(d, &r[*c], &r[*a], &r[*b], len))
+        }
         Instr::Cast { dst, a, to } => {
             let (d, a) = pair(regs, *dst, *a);
             cast(d, a, *to, len)
@@ -363,14 +470,31 @@ fn load(d: &mut Reg, src: Raw, access: &Access, at: usize, len: usize) {
     // store to the same elements happens before the load completes.
     unsafe {
         match (d, src.dtype) {
-            (Reg::F32(d), DType::F32) => load_as!(d, src.slice::<f32>(), access, at, len, |x: f32| x),
-            (Reg::F32(d), DType::F16) => load_as!(d, src.slice::<f16>(), access, at, len, |x: f16| x.to_f32()),
-            (Reg::F32(d), DType::BF16) => load_as!(d, src.slice::<bf16>(), access, at, len, |x: bf16| x.to_f32()),
-            (Reg::F64(d), DType::F64) => load_as!(d, src.slice::<f64>(), access, at, len, |x: f64| x),
-            (Reg::I32(d), DType::I32) => load_as!(d, src.slice::<i32>(), access, at, len, |x: i32| x),
-            (Reg::I32(d), DType::U8) => load_as!(d, src.slice::<u8>(), access, at, len, |x: u8| x as i32),
-            (Reg::I64(d), DType::I64) => load_as!(d, src.slice::<i64>(), access, at, len, |x: i64| x),
-            (Reg::Bool(d), DType::Bool) => load_as!(d, src.slice::<bool>(), access, at, len, |x: bool| x),
+            (Reg::F32(d), DType::F32) => {
+                load_as!(d, src.slice::<f32>(), access, at, len, |x: f32| x)
+            }
+            (Reg::F32(d), DType::F16) => {
+                load_as!(d, src.slice::<f16>(), access, at, len, |x: f16| x.to_f32())
+            }
+            (Reg::F32(d), DType::BF16) => {
+                load_as!(d, src.slice::<bf16>(), access, at, len, |x: bf16| x
+                    .to_f32())
+            }
+            (Reg::F64(d), DType::F64) => {
+                load_as!(d, src.slice::<f64>(), access, at, len, |x: f64| x)
+            }
+            (Reg::I32(d), DType::I32) => {
+                load_as!(d, src.slice::<i32>(), access, at, len, |x: i32| x)
+            }
+            (Reg::I32(d), DType::U8) => {
+                load_as!(d, src.slice::<u8>(), access, at, len, |x: u8| x as i32)
+            }
+            (Reg::I64(d), DType::I64) => {
+                load_as!(d, src.slice::<i64>(), access, at, len, |x: i64| x)
+            }
+            (Reg::Bool(d), DType::Bool) => {
+                load_as!(d, src.slice::<bool>(), access, at, len, |x: bool| x)
+            }
             (_, dt) => unreachable!("register class mismatch loading {dt}"),
         }
     }
@@ -415,7 +539,15 @@ macro_rules! float_unary {
             UnaryOp::Cos => |x| x.cos(),
             UnaryOp::Abs => |x| x.abs(),
             UnaryOp::Recip => |x| 1.0 / x,
-            UnaryOp::Sign => |x| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { 0.0 },
+            UnaryOp::Sign => |x| {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    0.0
+                }
+            },
             UnaryOp::Floor => |x| x.floor(),
         };
         for (x, &y) in d.iter_mut().zip(a) {
@@ -461,8 +593,16 @@ macro_rules! float_binary {
             BinaryOp::Sub => zip2!($d, $a, $b, $len, |x, y| x - y),
             BinaryOp::Mul => zip2!($d, $a, $b, $len, |x, y| x * y),
             BinaryOp::Div => zip2!($d, $a, $b, $len, |x, y| x / y),
-            BinaryOp::Max => zip2!($d, $a, $b, $len, |x, y| if x >= y || y.is_nan() { x } else { y }),
-            BinaryOp::Min => zip2!($d, $a, $b, $len, |x, y| if x <= y || y.is_nan() { x } else { y }),
+            BinaryOp::Max => zip2!($d, $a, $b, $len, |x, y| if x >= y || y.is_nan() {
+                x
+            } else {
+                y
+            }),
+            BinaryOp::Min => zip2!($d, $a, $b, $len, |x, y| if x <= y || y.is_nan() {
+                x
+            } else {
+                y
+            }),
             BinaryOp::Pow => zip2!($d, $a, $b, $len, |x, y| x.powf(y)),
         }
     };
@@ -474,7 +614,11 @@ macro_rules! int_binary {
             BinaryOp::Add => zip2!($d, $a, $b, $len, |x, y| x.wrapping_add(y)),
             BinaryOp::Sub => zip2!($d, $a, $b, $len, |x, y| x.wrapping_sub(y)),
             BinaryOp::Mul => zip2!($d, $a, $b, $len, |x, y| x.wrapping_mul(y)),
-            BinaryOp::Div => zip2!($d, $a, $b, $len, |x, y| if y == 0 { 0 } else { x.wrapping_div(y) }),
+            BinaryOp::Div => zip2!($d, $a, $b, $len, |x, y| if y == 0 {
+                0
+            } else {
+                x.wrapping_div(y)
+            }),
             BinaryOp::Max => zip2!($d, $a, $b, $len, |x, y| x.max(y)),
             BinaryOp::Min => zip2!($d, $a, $b, $len, |x, y| x.min(y)),
             BinaryOp::Pow => unreachable!("pow on integers is refused at trace time"),
@@ -506,7 +650,9 @@ macro_rules! cmp {
 }
 
 fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
-    let Reg::Bool(d) = d else { unreachable!("compare writes bool") };
+    let Reg::Bool(d) = d else {
+        unreachable!("compare writes bool")
+    };
     match (a, b) {
         (Reg::F32(a), Reg::F32(b)) => cmp!(op, d, a, b, len),
         (Reg::F64(a), Reg::F64(b)) => cmp!(op, d, a, b, len),
@@ -518,7 +664,9 @@ fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
 }
 
 fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
-    let Reg::Bool(c) = c else { unreachable!("bool condition") };
+    let Reg::Bool(c) = c else {
+        unreachable!("bool condition")
+    };
     macro_rules! sel {
         ($d:expr, $a:expr, $b:expr) => {
             for i in 0..len {
@@ -563,10 +711,26 @@ fn cast(d: &mut Reg, a: &Reg, to: DType, len: usize) {
         (Reg::F64(d), Reg::I32(a)) => conv!(d, a, |x: i32| x as f64),
         (Reg::F64(d), Reg::I64(a)) => conv!(d, a, |x: i64| x as f64),
         (Reg::F64(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x as u8 as f64),
-        (Reg::I32(d), Reg::F32(a)) => conv!(d, a, |x: f32| if to == DType::U8 { x as u8 as i32 } else { x as i32 }),
-        (Reg::I32(d), Reg::F64(a)) => conv!(d, a, |x: f64| if to == DType::U8 { x as u8 as i32 } else { x as i32 }),
-        (Reg::I32(d), Reg::I32(a)) => conv!(d, a, |x: i32| if to == DType::U8 { x as u8 as i32 } else { x }),
-        (Reg::I32(d), Reg::I64(a)) => conv!(d, a, |x: i64| if to == DType::U8 { x as u8 as i32 } else { x as i32 }),
+        (Reg::I32(d), Reg::F32(a)) => conv!(d, a, |x: f32| if to == DType::U8 {
+            x as u8 as i32
+        } else {
+            x as i32
+        }),
+        (Reg::I32(d), Reg::F64(a)) => conv!(d, a, |x: f64| if to == DType::U8 {
+            x as u8 as i32
+        } else {
+            x as i32
+        }),
+        (Reg::I32(d), Reg::I32(a)) => conv!(d, a, |x: i32| if to == DType::U8 {
+            x as u8 as i32
+        } else {
+            x
+        }),
+        (Reg::I32(d), Reg::I64(a)) => conv!(d, a, |x: i64| if to == DType::U8 {
+            x as u8 as i32
+        } else {
+            x as i32
+        }),
         (Reg::I32(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x as i32),
         (Reg::I64(d), Reg::F32(a)) => conv!(d, a, |x: f32| x as i64),
         (Reg::I64(d), Reg::F64(a)) => conv!(d, a, |x: f64| x as i64),

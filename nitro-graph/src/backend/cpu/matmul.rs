@@ -18,8 +18,16 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     let n = if tb { br } else { bc };
     // Row-major a[ar, ac]: element (i, j) at i*ac + j. op(a)(i, p):
     // untransposed (rs = ac, cs = 1); transposed (rs = 1, cs = ac).
-    let (a_rs, a_cs) = if ta { (1, ac as isize) } else { (ac as isize, 1) };
-    let (b_rs, b_cs) = if tb { (1, bc as isize) } else { (bc as isize, 1) };
+    let (a_rs, a_cs) = if ta {
+        (1, ac as isize)
+    } else {
+        (ac as isize, 1)
+    };
+    let (b_rs, b_cs) = if tb {
+        (1, bc as isize)
+    } else {
+        (bc as isize, 1)
+    };
     let par = if m * n * k >= PARALLEL_MIN_FLOPS {
         gemm::Parallelism::Rayon(0)
     } else {
@@ -39,8 +47,8 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                         continue;
                     }
                     gemm::gemm(
-                        m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero, $one, false,
-                        false, false, par,
+                        m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero,
+                        $one, false, false, false, par,
                     );
                 }
             }

@@ -50,7 +50,10 @@ impl CpuExecutable {
                 Kernel::Single(n) => CpuKernel::Single(*n),
             })
             .collect();
-        CpuExecutable { kernels, workspace: Mutex::new(None) }
+        CpuExecutable {
+            kernels,
+            workspace: Mutex::new(None),
+        }
     }
 
     /// One line per kernel, for listings.
@@ -62,20 +65,33 @@ impl CpuExecutable {
                     "fused[{} instrs] reads {:?} writes {:?}",
                     f.instr_count(),
                     f.inputs.iter().map(|n| format!("%{n}")).collect::<Vec<_>>(),
-                    f.outputs.iter().map(|n| format!("%{n}")).collect::<Vec<_>>()
+                    f.outputs
+                        .iter()
+                        .map(|n| format!("%{n}"))
+                        .collect::<Vec<_>>()
                 ),
-                CpuKernel::Single(n) => format!("{} -> %{n}: {}", graph.nodes[*n].op.name(), graph.nodes[*n].spec),
+                CpuKernel::Single(n) => format!(
+                    "{} -> %{n}: {}",
+                    graph.nodes[*n].op.name(),
+                    graph.nodes[*n].spec
+                ),
             })
             .collect()
     }
 
     fn new_workspace(graph: &Graph, plan: &MemoryPlan) -> Workspace {
-        let slots = plan.slots.iter().map(|&(d, n)| HostBuffer::zeros(d, n)).collect();
+        let slots = plan
+            .slots
+            .iter()
+            .map(|&(d, n)| HostBuffer::zeros(d, n))
+            .collect();
         let literals = plan
             .literals
             .iter()
             .map(|&id| {
-                let Op::Literal { values, .. } = &graph.nodes[id].op else { unreachable!("literal") };
+                let Op::Literal { values, .. } = &graph.nodes[id].op else {
+                    unreachable!("literal")
+                };
                 HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype)
             })
             .collect();
@@ -97,7 +113,13 @@ impl CpuExecutable {
         outputs
     }
 
-    fn run_in(&self, graph: &Graph, plan: &MemoryPlan, inputs: &mut [Array], ws: &mut Workspace) -> Vec<Array> {
+    fn run_in(
+        &self,
+        graph: &Graph,
+        plan: &MemoryPlan,
+        inputs: &mut [Array],
+        ws: &mut Workspace,
+    ) -> Vec<Array> {
         {
             let input_raw: Vec<Raw> = inputs.iter_mut().map(|a| Raw::of(a.data_mut())).collect();
             let slot_raw: Vec<Raw> = ws.slots.iter_mut().map(Raw::of).collect();
@@ -129,7 +151,12 @@ impl CpuExecutable {
                 }
             }
         }
-        let donated: Vec<usize> = plan.in_place.iter().chain(&plan.swapped).map(|&(_, o)| o).collect();
+        let donated: Vec<usize> = plan
+            .in_place
+            .iter()
+            .chain(&plan.swapped)
+            .map(|&(_, o)| o)
+            .collect();
         graph
             .outputs
             .iter()
@@ -137,7 +164,8 @@ impl CpuExecutable {
             .filter(|(i, _)| !donated.contains(i))
             .map(|(_, &(_, node))| {
                 let data = self.read(plan.storage[node], inputs, ws).clone();
-                Array::new(&graph.nodes[node].spec.shape, data).expect("planned buffers match their specs")
+                Array::new(&graph.nodes[node].spec.shape, data)
+                    .expect("planned buffers match their specs")
             })
             .collect()
     }
@@ -159,7 +187,9 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
     let arg_shape = |i: usize| graph.nodes[node.args[i]].spec.shape.as_slice();
     let shape = node.spec.shape.as_slice();
     match &node.op {
-        Op::MatMul { ta, tb } => matmul::matmul(arg(0), arg(1), out, arg_shape(0), arg_shape(1), *ta, *tb),
+        Op::MatMul { ta, tb } => {
+            matmul::matmul(arg(0), arg(1), out, arg_shape(0), arg_shape(1), *ta, *tb)
+        }
         Op::ReduceSum { axes } => reduce::reduce(Reduction::Sum, arg(0), out, arg_shape(0), axes),
         Op::ReduceMax { axes } => reduce::reduce(Reduction::Max, arg(0), out, arg_shape(0), axes),
         Op::Permute { perm } => {
@@ -170,7 +200,9 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
         Op::Broadcast { .. } => {
             let src = arg_shape(0);
             let base = strides_of(src);
-            let strides: Vec<usize> = (0..src.len()).map(|d| if src[d] == 1 { 0 } else { base[d] }).collect();
+            let strides: Vec<usize> = (0..src.len())
+                .map(|d| if src[d] == 1 { 0 } else { base[d] })
+                .collect();
             movement::gather(arg(0), out, shape, &strides, 0);
         }
         Op::Slice { start, stride, .. } => {
@@ -179,10 +211,17 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
             let offset: usize = (0..base.len()).map(|d| base[d] * start[d]).sum();
             movement::gather(arg(0), out, shape, &strides, offset);
         }
-        Op::Pad { lo, interior, value, .. } => {
+        Op::Pad {
+            lo,
+            interior,
+            value,
+            ..
+        } => {
             movement::fill(out, *value);
             let base = strides_of(shape);
-            let strides: Vec<usize> = (0..base.len()).map(|d| base[d] * (interior[d] + 1)).collect();
+            let strides: Vec<usize> = (0..base.len())
+                .map(|d| base[d] * (interior[d] + 1))
+                .collect();
             let offset: usize = (0..base.len()).map(|d| base[d] * lo[d]).sum();
             movement::scatter(arg(0), out, arg_shape(0), &strides, offset);
         }

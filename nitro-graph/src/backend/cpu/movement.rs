@@ -18,7 +18,13 @@ fn row_offset(mut row: usize, outer: &[usize], strides: &[usize]) -> usize {
     off
 }
 
-fn gather_t<T: Copy + Send + Sync>(src: &[T], dst: &mut [T], shape: &[usize], strides: &[usize], offset: usize) {
+fn gather_t<T: Copy + Send + Sync>(
+    src: &[T],
+    dst: &mut [T],
+    shape: &[usize],
+    strides: &[usize],
+    offset: usize,
+) {
     if dst.is_empty() {
         return;
     }
@@ -55,10 +61,34 @@ pub fn gather(src: Raw, dst: Raw, shape: &[usize], strides: &[usize], offset: us
     // SAFETY: src and dst are distinct live buffers of the same dtype.
     unsafe {
         match dst.dtype.size_of() {
-            1 => gather_t(src.slice::<u8>(), dst.slice_mut::<u8>(), shape, strides, offset),
-            2 => gather_t(src.slice::<u16>(), dst.slice_mut::<u16>(), shape, strides, offset),
-            4 => gather_t(src.slice::<u32>(), dst.slice_mut::<u32>(), shape, strides, offset),
-            _ => gather_t(src.slice::<u64>(), dst.slice_mut::<u64>(), shape, strides, offset),
+            1 => gather_t(
+                src.slice::<u8>(),
+                dst.slice_mut::<u8>(),
+                shape,
+                strides,
+                offset,
+            ),
+            2 => gather_t(
+                src.slice::<u16>(),
+                dst.slice_mut::<u16>(),
+                shape,
+                strides,
+                offset,
+            ),
+            4 => gather_t(
+                src.slice::<u32>(),
+                dst.slice_mut::<u32>(),
+                shape,
+                strides,
+                offset,
+            ),
+            _ => gather_t(
+                src.slice::<u64>(),
+                dst.slice_mut::<u64>(),
+                shape,
+                strides,
+                offset,
+            ),
         }
     }
 }
@@ -91,10 +121,34 @@ pub fn scatter(src: Raw, dst: Raw, shape: &[usize], strides: &[usize], offset: u
     // SAFETY: src and dst are distinct live buffers of the same dtype.
     unsafe {
         match dst.dtype.size_of() {
-            1 => scatter_t(src.slice::<u8>(), dst.slice_mut::<u8>(), shape, strides, offset),
-            2 => scatter_t(src.slice::<u16>(), dst.slice_mut::<u16>(), shape, strides, offset),
-            4 => scatter_t(src.slice::<u32>(), dst.slice_mut::<u32>(), shape, strides, offset),
-            _ => scatter_t(src.slice::<u64>(), dst.slice_mut::<u64>(), shape, strides, offset),
+            1 => scatter_t(
+                src.slice::<u8>(),
+                dst.slice_mut::<u8>(),
+                shape,
+                strides,
+                offset,
+            ),
+            2 => scatter_t(
+                src.slice::<u16>(),
+                dst.slice_mut::<u16>(),
+                shape,
+                strides,
+                offset,
+            ),
+            4 => scatter_t(
+                src.slice::<u32>(),
+                dst.slice_mut::<u32>(),
+                shape,
+                strides,
+                offset,
+            ),
+            _ => scatter_t(
+                src.slice::<u64>(),
+                dst.slice_mut::<u64>(),
+                shape,
+                strides,
+                offset,
+            ),
         }
     }
 }
@@ -106,8 +160,12 @@ pub fn fill(dst: Raw, value: f64) {
         match dst.dtype {
             DType::F32 => dst.slice_mut::<f32>().fill(value as f32),
             DType::F64 => dst.slice_mut::<f64>().fill(value),
-            DType::F16 => dst.slice_mut::<half::f16>().fill(half::f16::from_f64(value)),
-            DType::BF16 => dst.slice_mut::<half::bf16>().fill(half::bf16::from_f64(value)),
+            DType::F16 => dst
+                .slice_mut::<half::f16>()
+                .fill(half::f16::from_f64(value)),
+            DType::BF16 => dst
+                .slice_mut::<half::bf16>()
+                .fill(half::bf16::from_f64(value)),
             DType::I32 => dst.slice_mut::<i32>().fill(value as i32),
             DType::I64 => dst.slice_mut::<i64>().fill(value as i64),
             DType::U8 => dst.slice_mut::<u8>().fill(value as u8),
@@ -123,7 +181,11 @@ fn indices(idx: Raw, rows: usize) -> Vec<usize> {
     // SAFETY: idx is a live integer buffer.
     unsafe {
         match idx.dtype {
-            DType::I32 => idx.slice::<i32>().iter().map(|&i| clamp(i as i64)).collect(),
+            DType::I32 => idx
+                .slice::<i32>()
+                .iter()
+                .map(|&i| clamp(i as i64))
+                .collect(),
             _ => idx.slice::<i64>().iter().map(|&i| clamp(i)).collect(),
         }
     }
@@ -131,7 +193,7 @@ fn indices(idx: Raw, rows: usize) -> Vec<usize> {
 
 /// `dst[i, ..] = table[idx[i], ..]`.
 pub fn take(table: Raw, idx: Raw, dst: Raw, table_rows: usize) {
-    let row = if table_rows == 0 { 0 } else { table.len / table_rows };
+    let row = table.len.checked_div(table_rows).unwrap_or(0);
     if row == 0 {
         return;
     }
@@ -153,7 +215,10 @@ pub fn scatter_add(upd: Raw, idx: Raw, dst: Raw, rows: usize) {
             // SAFETY: distinct live buffers of dtype $t.
             let (u, d) = unsafe { (upd.slice::<$t>(), dst.slice_mut::<$t>()) };
             for (i, &r) in n.iter().enumerate() {
-                for (o, &v) in d[r * row..(r + 1) * row].iter_mut().zip(&u[i * row..(i + 1) * row]) {
+                for (o, &v) in d[r * row..(r + 1) * row]
+                    .iter_mut()
+                    .zip(&u[i * row..(i + 1) * row])
+                {
                     *o += v;
                 }
             }

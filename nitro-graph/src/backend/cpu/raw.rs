@@ -34,7 +34,11 @@ impl Raw {
             HostBuffer::U8(v) => (v.as_mut_ptr(), v.len()),
             HostBuffer::Bool(v) => (v.as_mut_ptr() as *mut u8, v.len()),
         };
-        Raw { ptr, dtype: buf.dtype(), len }
+        Raw {
+            ptr,
+            dtype: buf.dtype(),
+            len,
+        }
     }
 
     /// The elements as `&[T]`.
@@ -70,6 +74,10 @@ impl Raw {
     pub fn sub(self, start: usize, len: usize) -> Raw {
         debug_assert!(start + len <= self.len);
         let ptr = self.ptr.wrapping_add(start * self.dtype.size_of());
-        Raw { ptr, dtype: self.dtype, len }
+        Raw {
+            ptr,
+            dtype: self.dtype,
+            len,
+        }
     }
 }

@@ -37,7 +37,9 @@ fn combine<T: Elem>(kind: Reduction, a: T, b: T) -> T {
         Reduction::Sum => a + b,
         // NaN propagates: a max over a row holding NaN is NaN.
         Reduction::Max => {
-            if b > a || b != b {
+            #[allow(clippy::eq_op)] // b != b is the NaN test for a generic element
+            let b_is_nan = b != b;
+            if b > a || b_is_nan {
                 b
             } else {
                 a
@@ -56,7 +58,9 @@ fn init<T: Elem>(kind: Reduction) -> T {
 /// out[o] = reduce(src[o*inner .. (o+1)*inner])
 fn trailing<T: Elem>(kind: Reduction, src: &[T], dst: &mut [T], inner: usize) {
     let f = |(o, out): (usize, &mut T)| {
-        *out = src[o * inner..(o + 1) * inner].iter().fold(init(kind), |a, &b| combine(kind, a, b));
+        *out = src[o * inner..(o + 1) * inner]
+            .iter()
+            .fold(init(kind), |a, &b| combine(kind, a, b));
     };
     if src.len() >= PARALLEL_MIN {
         dst.par_iter_mut().enumerate().for_each(f);
@@ -101,7 +105,14 @@ pub fn reduce(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usiz
         return;
     }
     if reduced == 0 {
-        movement::fill(dst, if kind == Reduction::Sum { 0.0 } else { f64::NEG_INFINITY });
+        movement::fill(
+            dst,
+            if kind == Reduction::Sum {
+                0.0
+            } else {
+                f64::NEG_INFINITY
+            },
+        );
         return;
     }
     if !is_trailing && !is_leading {
@@ -115,7 +126,13 @@ pub fn reduce(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usiz
         movement::gather(src, t, &pshape, &pstrides, 0);
         return reduce_layout(kind, t, dst, reduced, true);
     }
-    reduce_layout(kind, src, dst, if is_trailing { reduced } else { out_n }, is_trailing)
+    reduce_layout(
+        kind,
+        src,
+        dst,
+        if is_trailing { reduced } else { out_n },
+        is_trailing,
+    )
 }
 
 fn reduce_layout(kind: Reduction, src: Raw, dst: Raw, inner: usize, is_trailing: bool) {
