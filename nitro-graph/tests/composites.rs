@@ -1,0 +1,151 @@
+//! Composite ops and layers: forward against references written here (naive
+//! loops or closed forms), gradients against finite differences in f64.
+
+mod common;
+
+use common::{assert_close, check_grad, run, values};
+use nitro_graph::nn::conv::{avg_pool2d, conv2d, max_pool2d};
+use nitro_graph::nn::loss::{mse, softmax_cross_entropy, weighted_softmax_cross_entropy};
+use nitro_graph::nn::ops::{argmax, gelu, log_softmax, logsumexp, one_hot, relu, softmax, var};
+use nitro_graph::DType;
+use proptest::prelude::*;
+
+fn labels_literal(tr: &nitro_graph::Tracer, labels: &[i32]) -> nitro_graph::Tensor {
+    tr.literal(&labels.iter().map(|&l| l as f64).collect::<Vec<_>>(), &[labels.len()], DType::I32)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn softmax_family(rows in 1usize..4, cols in 1usize..6, seed in 0u64..1000) {
+        let x: Vec<f64> = values(rows * cols, seed).iter().map(|v| v * 5.0).collect();
+        let shape = vec![rows, cols];
+        let mut sm = vec![0.0; rows * cols];
+        let mut lse = vec![0.0; rows];
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let s: f64 = row.iter().map(|v| v.exp()).sum();
+            lse[r] = s.ln();
+            for c in 0..cols {
+                sm[r * cols + c] = row[c].exp() / s;
+            }
+        }
+        let data = [x.clone()];
+        assert_close(&run(&[shape.clone()], &data, |_, t| softmax(&t[0], 1)).to_f64_vec(), &sm, 1e-12);
+        assert_close(&run(&[shape.clone()], &data, |_, t| logsumexp(&t[0], 1)).to_f64_vec(), &lse, 1e-12);
+        let lsm: Vec<f64> = sm.iter().map(|v| v.ln()).collect();
+        assert_close(&run(&[shape.clone()], &data, |_, t| log_softmax(&t[0], 1)).to_f64_vec(), &lsm, 1e-10);
+        check_grad(&[shape.clone()], seed, |_, t| softmax(&t[0], 1));
+        check_grad(&[shape.clone()], seed, |_, t| logsumexp(&t[0], 1));
+    }
+
+    #[test]
+    fn activations_and_moments(n in 1usize..10, seed in 0u64..1000) {
+        let x: Vec<f64> = values(n, seed).iter().map(|v| v * 3.0).collect();
+        let relu_ref: Vec<f64> = x.iter().map(|&v| v.max(0.0)).collect();
+        assert_close(&run(&[vec![n]], &[x.clone()], |_, t| relu(&t[0])).to_f64_vec(), &relu_ref, 0.0);
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let gelu_ref: Vec<f64> = x.iter().map(|&v| 0.5 * v * (1.0 + (c * (v + 0.044715 * v.powi(3))).tanh())).collect();
+        assert_close(&run(&[vec![n]], &[x.clone()], |_, t| gelu(&t[0])).to_f64_vec(), &gelu_ref, 1e-12);
+        let mean = x.iter().sum::<f64>() / n as f64;
+        let v = x.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / n as f64;
+        assert_close(&run(&[vec![n]], &[x.clone()], |_, t| var(&t[0], &[0])).to_f64_vec(), &[v], 1e-12);
+        check_grad(&[vec![n]], seed, |_, t| gelu(&t[0]));
+        check_grad(&[vec![n]], seed, |_, t| var(&t[0], &[0]));
+    }
+
+    #[test]
+    fn cross_entropy_and_mse(rows in 1usize..5, cols in 2usize..5, seed in 0u64..1000, smoothing in 0.0f64..0.3) {
+        let x = values(rows * cols, seed);
+        let labels: Vec<i32> = (0..rows).map(|r| ((seed as usize + r) % cols) as i32).collect();
+        let mut want = 0.0;
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let lse = row.iter().map(|v| v.exp()).sum::<f64>().ln();
+            for c in 0..cols {
+                let target = (1.0 - smoothing) * ((c as i32 == labels[r]) as u8 as f64) + smoothing / cols as f64;
+                want -= target * (row[c] - lse);
+            }
+        }
+        want /= rows as f64;
+        let l2 = labels.clone();
+        let got = run(&[vec![rows, cols]], &[x.clone()], move |tr, t| softmax_cross_entropy(&t[0], &labels_literal(tr, &l2), smoothing));
+        assert_close(&got.to_f64_vec(), &[want], 1e-12);
+        let l3 = labels.clone();
+        check_grad(&[vec![rows, cols]], seed, move |tr, t| softmax_cross_entropy(&t[0], &labels_literal(tr, &l3), smoothing));
+        // A zero weight removes a sample exactly: weighted CE over [x; junk] with mask [1..1, 0] equals CE over x.
+        let mut padded = x.clone();
+        padded.extend(vec![7.0; cols]);
+        let mut lp = labels.clone();
+        lp.push(0);
+        let weights: Vec<f64> = (0..=rows).map(|r| (r < rows) as u8 as f64).collect();
+        let got_w = run(&[vec![rows + 1, cols]], &[padded], move |tr, t| {
+            let w = tr.literal(&weights, &[rows + 1], DType::F64);
+            weighted_softmax_cross_entropy(&t[0], &labels_literal(tr, &lp), &w)
+        });
+        let l4 = labels.clone();
+        let plain = run(&[vec![rows, cols]], &[x.clone()], move |tr, t| softmax_cross_entropy(&t[0], &labels_literal(tr, &l4), 0.0));
+        assert_close(&got_w.to_f64_vec(), &plain.to_f64_vec(), 1e-12);
+        let y = values(rows * cols, seed + 5);
+        let mse_ref = x.iter().zip(&y).map(|(a, b)| (a - b).powi(2)).sum::<f64>() / (rows * cols) as f64;
+        let got_mse = run(&[vec![rows, cols], vec![rows, cols]], &[x.clone(), y], |_, t| mse(&t[0], &t[1]));
+        assert_close(&got_mse.to_f64_vec(), &[mse_ref], 1e-12);
+    }
+
+    #[test]
+    fn conv2d_matches_naive_loops(n in 1usize..3, c in 1usize..3, o in 1usize..3, hw in 3usize..6, k in 1usize..4,
+                                  stride in 1usize..3, pad in 0usize..2, seed in 0u64..1000) {
+        prop_assume!(hw + 2 * pad >= k);
+        let (xs, ws) = (vec![n, c, hw, hw], vec![o, c, k, k]);
+        let (x, w, b) = (values(n * c * hw * hw, seed), values(o * c * k * k, seed + 1), values(o, seed + 2));
+        let oh = (hw + 2 * pad - k) / stride + 1;
+        let mut want = vec![0.0; n * o * oh * oh];
+        for ni in 0..n { for oi in 0..o { for y in 0..oh { for xo in 0..oh {
+            let mut s = b[oi];
+            for ci in 0..c { for i in 0..k { for j in 0..k {
+                let (yy, xx) = ((y * stride + i) as isize - pad as isize, (xo * stride + j) as isize - pad as isize);
+                if yy >= 0 && xx >= 0 && (yy as usize) < hw && (xx as usize) < hw {
+                    s += x[((ni * c + ci) * hw + yy as usize) * hw + xx as usize] * w[((oi * c + ci) * k + i) * k + j];
+                }
+            }}}
+            want[((ni * o + oi) * oh + y) * oh + xo] = s;
+        }}}}
+        let got = run(&[xs.clone(), ws.clone(), vec![o]], &[x, w, b], |_, t| conv2d(&t[0], &t[1], Some(&t[2]), stride, pad));
+        assert_close(&got.to_f64_vec(), &want, 1e-12);
+        check_grad(&[xs, ws, vec![o]], seed, |_, t| conv2d(&t[0], &t[1], Some(&t[2]), stride, pad));
+    }
+
+    #[test]
+    fn pooling(hw in 2usize..7, k in 1usize..3, stride in 1usize..3, seed in 0u64..1000) {
+        prop_assume!(hw >= k);
+        let shape = vec![1, 2, hw, hw];
+        let x = values(2 * hw * hw, seed);
+        let oh = (hw - k) / stride + 1;
+        let mut mx = vec![f64::NEG_INFINITY; 2 * oh * oh];
+        let mut avg = vec![0.0; 2 * oh * oh];
+        for ch in 0..2 { for y in 0..oh { for xo in 0..oh { for i in 0..k { for j in 0..k {
+            let v = x[(ch * hw + y * stride + i) * hw + xo * stride + j];
+            let o = (ch * oh + y) * oh + xo;
+            mx[o] = mx[o].max(v);
+            avg[o] += v / (k * k) as f64;
+        }}}}}
+        assert_close(&run(&[shape.clone()], &[x.clone()], |_, t| max_pool2d(&t[0], k, stride)).to_f64_vec(), &mx, 0.0);
+        assert_close(&run(&[shape.clone()], &[x.clone()], |_, t| avg_pool2d(&t[0], k, stride)).to_f64_vec(), &avg, 1e-12);
+        check_grad(&[shape.clone()], seed, |_, t| max_pool2d(&t[0], k, stride));
+        check_grad(&[shape], seed, |_, t| avg_pool2d(&t[0], k, stride));
+    }
+}
+
+#[test]
+fn argmax_and_one_hot() {
+    let x = vec![0.1, 0.9, 0.9, -1.0, 5.0, 2.0];
+    let am = run(&[vec![2, 3]], &[x], |_, t| argmax(&t[0]).cast(DType::F64)).to_f64_vec();
+    assert_eq!(am, vec![1.0, 1.0], "first index wins ties");
+    let oh = run(&[vec![1]], &[vec![0.0]], |tr, _| {
+        let labels = tr.literal(&[2.0, 0.0], &[2], DType::I32);
+        one_hot(&labels, 3, DType::F64)
+    })
+    .to_f64_vec();
+    assert_eq!(oh, vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
+}
