@@ -11,7 +11,11 @@ use nitro_graph::DType;
 use proptest::prelude::*;
 
 fn labels_literal(tr: &nitro_graph::Tracer, labels: &[i32]) -> nitro_graph::Tensor {
-    tr.literal(&labels.iter().map(|&l| l as f64).collect::<Vec<_>>(), &[labels.len()], DType::I32)
+    tr.literal(
+        &labels.iter().map(|&l| l as f64).collect::<Vec<_>>(),
+        &[labels.len()],
+        DType::I32,
+    )
 }
 
 proptest! {

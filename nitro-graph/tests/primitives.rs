@@ -9,7 +9,10 @@ use nitro_graph::{DType, Tensor};
 use proptest::prelude::*;
 
 fn cfg() -> ProptestConfig {
-    ProptestConfig { cases: 12, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: 12,
+        ..ProptestConfig::default()
+    }
 }
 
 fn strides(shape: &[usize]) -> Vec<usize> {
@@ -43,8 +46,16 @@ const UNARY: [UnaryCase; 9] = [
     ("sin", |t| t.sin(), f64::sin),
     ("cos", |t| t.cos(), f64::cos),
     ("abs", |t| t.abs(), f64::abs),
-    ("log(x^2+1)", |t| (t * t + 1.0).log(), |x| (x * x + 1.0).ln()),
-    ("sqrt(x^2+1), 1/x+2", |t| (t * t + 1.0).sqrt() + (t + 2.0).recip(), |x| (x * x + 1.0).sqrt() + 1.0 / (x + 2.0)),
+    (
+        "log(x^2+1)",
+        |t| (t * t + 1.0).log(),
+        |x| (x * x + 1.0).ln(),
+    ),
+    (
+        "sqrt(x^2+1), 1/x+2",
+        |t| (t * t + 1.0).sqrt() + (t + 2.0).recip(),
+        |x| (x * x + 1.0).sqrt() + 1.0 / (x + 2.0),
+    ),
 ];
 
 proptest! {
@@ -230,7 +241,10 @@ proptest! {
 
 #[test]
 fn iota_and_random_are_deterministic_and_uniform() {
-    let y = run(&[vec![1]], &[vec![0.0]], |tr, _| tr.iota(&[2, 3], 1, DType::F64)).to_f64_vec();
+    let y = run(&[vec![1]], &[vec![0.0]], |tr, _| {
+        tr.iota(&[2, 3], 1, DType::F64)
+    })
+    .to_f64_vec();
     assert_eq!(y, vec![0.0, 1.0, 2.0, 0.0, 1.0, 2.0]);
     let draw = |key: i32| {
         run(&[vec![1]], &[vec![0.0]], move |tr, _| {

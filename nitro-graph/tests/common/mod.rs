@@ -12,12 +12,26 @@ pub fn values(n: usize, seed: u64) -> Vec<f64> {
 }
 
 /// Run `f` on f64 inputs of `shapes` with `data`; return the first output.
-pub fn run(shapes: &[Vec<usize>], data: &[Vec<f64>], f: impl FnOnce(&Tracer, &[Tensor]) -> Tensor) -> Array {
+pub fn run(
+    shapes: &[Vec<usize>],
+    data: &[Vec<f64>],
+    f: impl FnOnce(&Tracer, &[Tensor]) -> Tensor,
+) -> Array {
     let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
-    let specs: Vec<(&str, TensorSpec)> =
-        names.iter().zip(shapes).map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s))).collect();
-    let program = compile(&specs, CompileOptions::named("test"), |tr, t| Ok(vec![("y".into(), f(tr, t))])).unwrap();
-    let mut args: Vec<Array> = shapes.iter().zip(data).map(|(s, d)| Array::new(s, d.clone()).unwrap()).collect();
+    let specs: Vec<(&str, TensorSpec)> = names
+        .iter()
+        .zip(shapes)
+        .map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s)))
+        .collect();
+    let program = compile(&specs, CompileOptions::named("test"), |tr, t| {
+        Ok(vec![("y".into(), f(tr, t))])
+    })
+    .unwrap();
+    let mut args: Vec<Array> = shapes
+        .iter()
+        .zip(data)
+        .map(|(s, d)| Array::new(s, d.clone()).unwrap())
+        .collect();
     program.run(&mut args).unwrap().remove(0)
 }
 
@@ -25,22 +39,37 @@ pub fn run(shapes: &[Vec<usize>], data: &[Vec<f64>], f: impl FnOnce(&Tracer, &[T
 /// finite differences, for every element of every input.
 pub fn check_grad(shapes: &[Vec<usize>], seed: u64, f: impl Fn(&Tracer, &[Tensor]) -> Tensor) {
     let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
-    let specs: Vec<(&str, TensorSpec)> =
-        names.iter().zip(shapes).map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s))).collect();
+    let specs: Vec<(&str, TensorSpec)> = names
+        .iter()
+        .zip(shapes)
+        .map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s)))
+        .collect();
     let program = compile(&specs, CompileOptions::named("grad_check"), |tr, t| {
         let y = f(tr, t);
         let r = tr.literal(&values(y.numel(), seed ^ 0xABCD), y.shape(), DType::F64);
         let loss = (y * r).sum_all();
         let grads = tr.grad(&loss, &t.iter().collect::<Vec<_>>())?;
         let mut out = vec![("loss".to_string(), loss)];
-        out.extend(grads.into_iter().enumerate().map(|(i, g)| (format!("g{i}"), g)));
+        out.extend(
+            grads
+                .into_iter()
+                .enumerate()
+                .map(|(i, g)| (format!("g{i}"), g)),
+        );
         Ok(out)
     })
     .unwrap();
-    let data: Vec<Vec<f64>> =
-        shapes.iter().enumerate().map(|(i, s)| values(s.iter().product(), seed + i as u64)).collect();
+    let data: Vec<Vec<f64>> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| values(s.iter().product(), seed + i as u64))
+        .collect();
     let arrays = |d: &[Vec<f64>]| -> Vec<Array> {
-        shapes.iter().zip(d).map(|(s, v)| Array::new(s, v.clone()).unwrap()).collect()
+        shapes
+            .iter()
+            .zip(d)
+            .map(|(s, v)| Array::new(s, v.clone()).unwrap())
+            .collect()
     };
     let out = program.run(&mut arrays(&data)).unwrap();
     let h = 1e-6;
@@ -67,6 +96,9 @@ pub fn check_grad(shapes: &[Vec<usize>], seed: u64, f: impl Fn(&Tracer, &[Tensor
 pub fn assert_close(got: &[f64], want: &[f64], tol: f64) {
     assert_eq!(got.len(), want.len(), "lengths differ");
     for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!((g - w).abs() <= tol * (1.0 + w.abs()), "element {i}: {g} vs {w}");
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "element {i}: {g} vs {w}"
+        );
     }
 }
