@@ -1,5 +1,6 @@
 //! Composite ops and layers: forward against references written here (naive
 //! loops or closed forms), gradients against finite differences in f64.
+#![allow(clippy::cloned_ref_to_slice_refs, clippy::needless_range_loop)] // `&[shape.clone()]` reads better in tests
 
 mod common;
 

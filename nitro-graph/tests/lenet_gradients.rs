@@ -1,5 +1,6 @@
 //! A LeNet-style CNN (conv, pool, conv, pool, dense, dense) passes a
 //! finite-difference gradient check on every parameter, in f64.
+#![allow(clippy::cloned_ref_to_slice_refs)] // `&[shape.clone()]` reads better in tests
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! every parameter) compiles into ONE program that updates params and Adam
 //! moments in place, and matches a naive reference written here with plain
 //! loops (loss, every gradient, every parameter after 3 steps).
+#![allow(clippy::cloned_ref_to_slice_refs)] // `&[shape.clone()]` reads better in tests
 
 use nitro_graph::nn::loss::softmax_cross_entropy;
 use nitro_graph::nn::ops::relu;

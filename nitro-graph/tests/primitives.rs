@@ -1,6 +1,7 @@
 //! Every primitive: forward against a naive reference written here, and
 //! gradient against central finite differences in f64, over random shapes
 //! and values (proptest).
+#![allow(clippy::cloned_ref_to_slice_refs)] // `&[shape.clone()]` reads better in tests
 
 mod common;
 
@@ -37,6 +38,7 @@ fn shape3() -> impl Strategy<Value = Vec<usize>> {
 }
 
 type UnaryCase = (&'static str, fn(&Tensor) -> Tensor, fn(f64) -> f64);
+type BinaryCase = (fn(&Tensor, &Tensor) -> Tensor, fn(f64, f64) -> f64);
 
 const UNARY: [UnaryCase; 9] = [
     ("neg", |t| t.neg(), |x| -x),
@@ -78,7 +80,7 @@ proptest! {
     fn binary_ops_with_broadcast(rows in 1usize..4, cols in 1usize..4, seed in 0u64..1000) {
         let (a, b) = (values(rows * cols, seed), values(cols, seed + 1));
         let shapes = [vec![rows, cols], vec![1, cols]];
-        let cases: [(fn(&Tensor, &Tensor) -> Tensor, fn(f64, f64) -> f64); 6] = [
+        let cases: [BinaryCase; 6] = [
             (|x, y| x + y, |x, y| x + y),
             (|x, y| x - y, |x, y| x - y),
             (|x, y| x * y, |x, y| x * y),
@@ -144,7 +146,7 @@ proptest! {
         let want: Vec<f64> = (0..x.len())
             .map(|o| {
                 let oi = unravel(o, &out_shape);
-                let mut si = vec![0; 3];
+                let mut si = [0; 3];
                 for (d, &p) in perm.iter().enumerate() { si[p] = oi[d]; }
                 x[si.iter().zip(strides(&shape)).map(|(i, s)| i * s).sum::<usize>()]
             })

@@ -1,5 +1,6 @@
 //! Bad input is an error that names the op and the offending shapes (or
 //! the input and both signatures), never a panic.
+#![allow(clippy::cloned_ref_to_slice_refs)] // `&[shape.clone()]` reads better in tests
 
 use nitro_graph::nn::conv::conv2d;
 use nitro_graph::{compile, trace, Array, CompileOptions, DType, GraphError, TensorSpec};
