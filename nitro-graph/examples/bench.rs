@@ -189,6 +189,11 @@ fn bench_step(name: &str, model: Chain, x: &[usize], runs: usize) {
         args[t_index] = Array::scalar_f32(step as f32);
         program.run(&mut args).expect("step runs");
     }));
+    if std::env::var_os("NITRO_PROFILE").is_some() {
+        for (ms, what) in program.profile(&mut args).expect("runs").iter().take(15) {
+            eprintln!("{ms:8.3} ms  {what}");
+        }
+    }
     let s = program.stats();
     println!(
         "{{\"bench\":\"{name}\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"fused_kernels\":{},\"peak_bytes\":{},\"unshared_bytes\":{},\"in_place\":{}}}",

@@ -169,6 +169,21 @@ impl Program {
         Ok(self.exe.run(&self.graph, &self.plan, inputs))
     }
 
+    /// Run once and report each kernel's wall time in milliseconds, with
+    /// its description, slowest first (a poor man's profiler).
+    pub fn profile(&self, inputs: &mut [Array]) -> Result<Vec<(f64, String)>> {
+        self.check_signature(inputs)?;
+        let mut times = Vec::new();
+        self.exe
+            .run_timed(&self.graph, &self.plan, inputs, Some(&mut times));
+        let mut rows: Vec<(f64, String)> = times
+            .into_iter()
+            .zip(self.exe.describe(&self.graph))
+            .collect();
+        rows.sort_by(|a, b| b.0.total_cmp(&a.0));
+        Ok(rows)
+    }
+
     /// Check arity and every input's dtype and shape.
     pub fn check_signature(&self, inputs: &[Array]) -> Result<()> {
         if inputs.len() != self.graph.inputs.len() {

@@ -413,7 +413,8 @@ fn fill(d: &mut Reg, v: f64, len: usize) {
     }
 }
 
-/// Gather source element offsets for `len` group elements starting at `at`.
+/// Gather source element offsets for `len` group elements starting at `at`,
+/// one run along the last axis at a time (the carry is paid once per run).
 fn strided_offsets(shape: &[usize], strides: &[usize], at: usize, len: usize, out: &mut [usize]) {
     let r = shape.len();
     let mut idx = vec![0usize; r];
@@ -423,19 +424,24 @@ fn strided_offsets(shape: &[usize], strides: &[usize], at: usize, len: usize, ou
         rem /= shape[d];
     }
     let mut off: usize = (0..r).map(|d| idx[d] * strides[d]).sum();
-    for o in out.iter_mut().take(len) {
-        *o = off;
-        // Increment the multi-index, carrying into outer axes.
-        let mut d = r;
-        while d > 0 {
+    let (last, step) = (shape[r - 1], strides[r - 1]);
+    let mut filled = 0;
+    while filled < len {
+        let run = (last - idx[r - 1]).min(len - filled);
+        for (i, o) in out[filled..filled + run].iter_mut().enumerate() {
+            *o = off + i * step;
+        }
+        filled += run;
+        // Advance the multi-index by `run` along the last axis, carrying.
+        idx[r - 1] += run;
+        off += run * step;
+        let mut d = r - 1;
+        while idx[d] == shape[d] && d > 0 {
+            off -= strides[d] * idx[d];
+            idx[d] = 0;
             d -= 1;
             idx[d] += 1;
             off += strides[d];
-            if idx[d] < shape[d] {
-                break;
-            }
-            off -= strides[d] * idx[d];
-            idx[d] = 0;
         }
     }
 }

@@ -101,12 +101,24 @@ impl CpuExecutable {
     /// Run with `inputs` (already checked against the signature); donated
     /// outputs are written into their inputs, the rest are returned.
     pub fn run(&self, graph: &Graph, plan: &MemoryPlan, inputs: &mut [Array]) -> Vec<Array> {
+        self.run_timed(graph, plan, inputs, None)
+    }
+
+    /// As [`CpuExecutable::run`], recording each kernel's wall time (ms) in
+    /// `times` when given.
+    pub fn run_timed(
+        &self,
+        graph: &Graph,
+        plan: &MemoryPlan,
+        inputs: &mut [Array],
+        times: Option<&mut Vec<f64>>,
+    ) -> Vec<Array> {
         let mut guard = self.workspace.try_lock().ok();
         let mut ws = match guard.as_mut().and_then(|g| g.take()) {
             Some(ws) => ws,
             None => Self::new_workspace(graph, plan),
         };
-        let outputs = self.run_in(graph, plan, inputs, &mut ws);
+        let outputs = self.run_in(graph, plan, inputs, &mut ws, times);
         if let Some(g) = guard.as_mut() {
             **g = Some(ws);
         }
@@ -119,6 +131,7 @@ impl CpuExecutable {
         plan: &MemoryPlan,
         inputs: &mut [Array],
         ws: &mut Workspace,
+        mut times: Option<&mut Vec<f64>>,
     ) -> Vec<Array> {
         {
             let input_raw: Vec<Raw> = inputs.iter_mut().map(|a| Raw::of(a.data_mut())).collect();
@@ -131,6 +144,7 @@ impl CpuExecutable {
                 Storage::Virtual => unreachable!("node %{n} read but never stored"),
             };
             for kernel in &self.kernels {
+                let start = times.as_ref().map(|_| std::time::Instant::now());
                 match kernel {
                     CpuKernel::Fused(f) => {
                         let ins: Vec<Raw> = f.inputs.iter().map(|&n| raw(n)).collect();
@@ -138,6 +152,9 @@ impl CpuExecutable {
                         f.run(&ins, &outs);
                     }
                     CpuKernel::Single(n) => run_single(graph, *n, &raw),
+                }
+                if let (Some(t), Some(start)) = (times.as_mut(), start) {
+                    t.push(start.elapsed().as_secs_f64() * 1e3);
                 }
             }
         }

@@ -9,13 +9,55 @@ use rayon::prelude::*;
 const PARALLEL_MIN: usize = 64 * 1024;
 
 /// Decompose flat row `row` over `outer` shape into an offset with `strides`.
-fn row_offset(mut row: usize, outer: &[usize], strides: &[usize]) -> usize {
+pub(crate) fn row_offset(mut row: usize, outer: &[usize], strides: &[usize]) -> usize {
     let mut off = 0;
     for d in (0..outer.len()).rev() {
         off += (row % outer[d]) * strides[d];
         row /= outer[d];
     }
     off
+}
+
+/// Copy `rows` consecutive output rows starting at row `first`, walking the
+/// outer multi-index incrementally (no division per row).
+fn gather_rows<T: Copy>(
+    src: &[T],
+    out: &mut [T],
+    first: usize,
+    inner: usize,
+    step: usize,
+    outer: &[usize],
+    strides: &[usize],
+    offset: usize,
+) {
+    let r = outer.len();
+    let mut idx = vec![0usize; r];
+    let mut rem = first;
+    for d in (0..r).rev() {
+        idx[d] = rem % outer[d];
+        rem /= outer[d];
+    }
+    let mut base = offset + (0..r).map(|d| idx[d] * strides[d]).sum::<usize>();
+    for row in out.chunks_mut(inner) {
+        if step == 1 {
+            row.copy_from_slice(&src[base..base + inner]);
+        } else {
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = src[base + j * step];
+            }
+        }
+        let mut d = r;
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            base += strides[d];
+            if idx[d] < outer[d] {
+                break;
+            }
+            base -= strides[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
 }
 
 fn gather_t<T: Copy + Send + Sync>(
@@ -34,25 +76,32 @@ fn gather_t<T: Copy + Send + Sync>(
         return;
     }
     let inner = shape[r - 1];
-    let step = strides[r - 1];
-    let (outer, outer_strides) = (&shape[..r - 1], &strides[..r - 1]);
-    let row = |(i, out): (usize, &mut [T])| {
-        let base = offset + row_offset(i, outer, outer_strides);
-        if step == 1 {
-            out.copy_from_slice(&src[base..base + inner]);
-        } else {
-            for (j, o) in out.iter_mut().enumerate() {
-                *o = src[base + j * step];
-            }
-        }
-    };
     if inner == 0 {
         return;
     }
+    let (outer, outer_strides) = (&shape[..r - 1], &strides[..r - 1]);
+    // Whole rows per task, about 32K elements each.
+    let rows_per_task = (32 * 1024 / inner).max(1);
+    let task = |(t, out): (usize, &mut [T])| {
+        gather_rows(
+            src,
+            out,
+            t * rows_per_task,
+            inner,
+            strides[r - 1],
+            outer,
+            outer_strides,
+            offset,
+        )
+    };
     if dst.len() >= PARALLEL_MIN {
-        dst.par_chunks_mut(inner).enumerate().for_each(row);
+        dst.par_chunks_mut(rows_per_task * inner)
+            .enumerate()
+            .for_each(task);
     } else {
-        dst.chunks_mut(inner).enumerate().for_each(row);
+        dst.chunks_mut(rows_per_task * inner)
+            .enumerate()
+            .for_each(task);
     }
 }
 

@@ -19,6 +19,9 @@ pub enum Reduction {
 }
 
 const PARALLEL_MIN: usize = 64 * 1024;
+/// Interleaved reductions over at most this many elements per output (a
+/// pooling window) read the window in place instead of permuting first.
+const SMALL_WINDOW: usize = 64;
 
 trait Elem: Copy + Send + Sync + PartialOrd + std::ops::Add<Output = Self> {
     const ZERO: Self;
@@ -115,6 +118,9 @@ pub fn reduce(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usiz
         );
         return;
     }
+    if !is_trailing && !is_leading && reduced <= SMALL_WINDOW {
+        return reduce_windows(kind, src, dst, shape, axes);
+    }
     if !is_trailing && !is_leading {
         // Permute to [kept..., reduced...] and reduce the trailing block.
         let perm: Vec<usize> = kept.iter().chain(axes).copied().collect();
@@ -144,6 +150,47 @@ fn reduce_layout(kind: Reduction, src: Raw, dst: Raw, inner: usize, is_trailing:
                 trailing(kind, s, d, inner)
             } else {
                 leading(kind, s, d, inner)
+            }
+        }};
+    }
+    match src.dtype {
+        DType::F32 => go!(f32),
+        DType::F64 => go!(f64),
+        DType::I32 => go!(i32),
+        DType::I64 => go!(i64),
+        other => unreachable!("reduction over {other} is refused at trace time"),
+    }
+}
+
+/// out[o] = reduce over a small window of offsets around base(o): the
+/// pooling layout (`[n, c, h, k, w, k]` reduced over the two `k` axes).
+fn reduce_windows(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usize]) {
+    let base = strides_of(shape);
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let kept_shape: Vec<usize> = kept.iter().map(|&a| shape[a]).collect();
+    let kept_strides: Vec<usize> = kept.iter().map(|&a| base[a]).collect();
+    let mut window = vec![0usize];
+    for &a in axes {
+        let (len, stride) = (shape[a], base[a]);
+        window = window
+            .iter()
+            .flat_map(|&w| (0..len).map(move |i| w + i * stride))
+            .collect();
+    }
+    macro_rules! go {
+        ($t:ty) => {{
+            // SAFETY: distinct live buffers of dtype $t.
+            let (s, d) = unsafe { (src.slice::<$t>(), dst.slice_mut::<$t>()) };
+            let f = |(o, out): (usize, &mut $t)| {
+                let b = movement::row_offset(o, &kept_shape, &kept_strides);
+                *out = window
+                    .iter()
+                    .fold(init(kind), |acc, &w| combine(kind, acc, s[b + w]));
+            };
+            if d.len() >= PARALLEL_MIN / 4 {
+                d.par_iter_mut().enumerate().for_each(f);
+            } else {
+                d.iter_mut().enumerate().for_each(f);
             }
         }};
     }
