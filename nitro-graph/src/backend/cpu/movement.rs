@@ -18,43 +18,44 @@ pub(crate) fn row_offset(mut row: usize, outer: &[usize], strides: &[usize]) -> 
     off
 }
 
-/// Copy `rows` consecutive output rows starting at row `first`, walking the
-/// outer multi-index incrementally (no division per row).
-fn gather_rows<T: Copy>(
-    src: &[T],
-    out: &mut [T],
-    first: usize,
+/// How output rows map into the source: `inner` elements per row read at
+/// `step`, rows laid over `outer` with source `strides`, from `offset`.
+struct RowWalk<'a> {
     inner: usize,
     step: usize,
-    outer: &[usize],
-    strides: &[usize],
+    outer: &'a [usize],
+    strides: &'a [usize],
     offset: usize,
-) {
-    let r = outer.len();
+}
+
+/// Copy the output rows of `out`, the first being row `first`, walking the
+/// outer multi-index incrementally (no division per row).
+fn gather_rows<T: Copy>(src: &[T], out: &mut [T], first: usize, w: &RowWalk<'_>) {
+    let r = w.outer.len();
     let mut idx = vec![0usize; r];
     let mut rem = first;
     for d in (0..r).rev() {
-        idx[d] = rem % outer[d];
-        rem /= outer[d];
+        idx[d] = rem % w.outer[d];
+        rem /= w.outer[d];
     }
-    let mut base = offset + (0..r).map(|d| idx[d] * strides[d]).sum::<usize>();
-    for row in out.chunks_mut(inner) {
-        if step == 1 {
-            row.copy_from_slice(&src[base..base + inner]);
+    let mut base = w.offset + (0..r).map(|d| idx[d] * w.strides[d]).sum::<usize>();
+    for row in out.chunks_mut(w.inner) {
+        if w.step == 1 {
+            row.copy_from_slice(&src[base..base + w.inner]);
         } else {
             for (j, o) in row.iter_mut().enumerate() {
-                *o = src[base + j * step];
+                *o = src[base + j * w.step];
             }
         }
         let mut d = r;
         while d > 0 {
             d -= 1;
             idx[d] += 1;
-            base += strides[d];
-            if idx[d] < outer[d] {
+            base += w.strides[d];
+            if idx[d] < w.outer[d] {
                 break;
             }
-            base -= strides[d] * idx[d];
+            base -= w.strides[d] * idx[d];
             idx[d] = 0;
         }
     }
@@ -79,21 +80,16 @@ fn gather_t<T: Copy + Send + Sync>(
     if inner == 0 {
         return;
     }
-    let (outer, outer_strides) = (&shape[..r - 1], &strides[..r - 1]);
+    let walk = RowWalk {
+        inner,
+        step: strides[r - 1],
+        outer: &shape[..r - 1],
+        strides: &strides[..r - 1],
+        offset,
+    };
     // Whole rows per task, about 32K elements each.
     let rows_per_task = (32 * 1024 / inner).max(1);
-    let task = |(t, out): (usize, &mut [T])| {
-        gather_rows(
-            src,
-            out,
-            t * rows_per_task,
-            inner,
-            strides[r - 1],
-            outer,
-            outer_strides,
-            offset,
-        )
-    };
+    let task = |(t, out): (usize, &mut [T])| gather_rows(src, out, t * rows_per_task, &walk);
     if dst.len() >= PARALLEL_MIN {
         dst.par_chunks_mut(rows_per_task * inner)
             .enumerate()
