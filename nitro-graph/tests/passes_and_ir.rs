@@ -1,0 +1,164 @@
+//! The IR prints and round-trips through serde; each pass does its one job;
+//! fusion turns an elementwise chain into one kernel; the memory plan reuses
+//! buffers.
+
+use nitro_graph::passes::{ConstantFold, Cse, Dce, Pass, Simplify};
+use nitro_graph::{compile, compile_graph, trace, Array, CompileOptions, Graph, TensorSpec};
+
+fn x_spec() -> [(&'static str, TensorSpec); 1] {
+    [("x", TensorSpec::f32(&[64]))]
+}
+
+#[test]
+fn graph_prints_and_round_trips_through_serde() {
+    let g = trace(&x_spec(), |_, t| {
+        Ok(vec![("y".into(), (t[0].exp() * 2.0).tanh())])
+    })
+    .unwrap();
+    let text = g.to_string();
+    assert!(
+        text.contains("input \"x\"")
+            && text.contains("exp")
+            && text.contains("tanh")
+            && text.contains("return y="),
+        "{text}"
+    );
+    let json = serde_json::to_string(&g).unwrap();
+    let back: Graph = serde_json::from_str(&json).unwrap();
+    assert_eq!(back, g);
+    let x = Array::new(&[64], (0..64).map(|i| i as f32 / 64.0).collect::<Vec<_>>()).unwrap();
+    let a = compile_graph(g, CompileOptions::named("a"))
+        .unwrap()
+        .run(&mut [x.clone()])
+        .unwrap();
+    let b = compile_graph(back, CompileOptions::named("b"))
+        .unwrap()
+        .run(&mut [x])
+        .unwrap();
+    assert_eq!(a, b);
+}
+
+#[test]
+fn elementwise_chain_is_one_kernel() {
+    let p = compile(&x_spec(), CompileOptions::named("chain"), |_, t| {
+        let x = &t[0];
+        Ok(vec![(
+            "y".into(),
+            ((x * 3.0 + 1.0).exp() / (x * x + 2.0)).sqrt().tanh(),
+        )])
+    })
+    .unwrap();
+    assert_eq!(p.kernel_count(), 1, "{}", p.listing());
+    // Only the output is stored: every temporary stays in registers.
+    assert_eq!(p.peak_bytes(), 64 * 4, "{}", p.listing());
+}
+
+#[test]
+fn cse_merges_and_dce_drops() {
+    let mut g = trace(&x_spec(), |_, t| {
+        let a = t[0].exp();
+        let b = t[0].exp();
+        let _unused = t[0].sin();
+        Ok(vec![("y".into(), a + b)])
+    })
+    .unwrap();
+    let count = |g: &Graph, name: &str| g.nodes.iter().filter(|n| n.op.name() == name).count();
+    assert_eq!(count(&g, "exp"), 2);
+    assert!(Cse.run(&mut g));
+    assert!(Dce.run(&mut g));
+    assert_eq!(count(&g, "exp"), 1);
+    assert_eq!(count(&g, "sin"), 0);
+    assert!(!Dce.run(&mut g), "a second DCE finds nothing");
+}
+
+#[test]
+fn simplify_and_fold() {
+    let mut g = trace(&x_spec(), |tr, t| {
+        let two = tr.scalar(2.0, nitro_graph::DType::F32);
+        let four = &two * &two; // folds to a constant
+        Ok(vec![("y".into(), (&t[0] * 1.0 + 0.0) * four)])
+    })
+    .unwrap();
+    Simplify.run(&mut g);
+    ConstantFold.run(&mut g);
+    Dce.run(&mut g);
+    Simplify.run(&mut g);
+    Dce.run(&mut g);
+    let ops: Vec<String> = g.nodes.iter().map(|n| n.op.name()).collect();
+    assert_eq!(
+        ops.iter().filter(|o| *o == "mul").count(),
+        1,
+        "x*1 and 2*2 are gone: {ops:?}"
+    );
+    assert!(!ops.iter().any(|o| o == "add"), "x+0 is gone: {ops:?}");
+    let mut x = [Array::new(&[64], vec![1.5f32; 64]).unwrap()];
+    let y = compile_graph(g, CompileOptions::named("s"))
+        .unwrap()
+        .run(&mut x)
+        .unwrap();
+    assert_eq!(y[0].to_f32_vec(), vec![6.0; 64]);
+}
+
+#[test]
+fn transposes_fold_into_matmul() {
+    let p = compile(
+        &[
+            ("a", TensorSpec::f32(&[3, 4])),
+            ("b", TensorSpec::f32(&[5, 4])),
+        ],
+        CompileOptions::named("t"),
+        |_, t| Ok(vec![("y".into(), t[0].matmul(&t[1].t()))]),
+    )
+    .unwrap();
+    assert!(
+        !p.graph().nodes.iter().any(|n| n.op.name() == "permute"),
+        "{}",
+        p.listing()
+    );
+    assert_eq!(p.kernel_count(), 1);
+}
+
+#[test]
+fn unused_gradients_are_never_built() {
+    let g = trace(
+        &[("a", TensorSpec::f32(&[8])), ("b", TensorSpec::f32(&[8]))],
+        |tr, t| {
+            let loss = (t[0].exp() * 2.0).sum_all();
+            let grads = tr.grad(&loss, &[&t[0], &t[1]])?;
+            Ok(vec![
+                ("ga".into(), grads[0].clone()),
+                ("gb".into(), grads[1].clone()),
+            ])
+        },
+    )
+    .unwrap();
+    // b does not reach the loss: its gradient is a zero fill, with no backward nodes.
+    let gb = g.outputs[1].1;
+    assert_eq!(g.nodes[gb].op.name(), "fill");
+}
+
+#[test]
+fn memory_plan_reuses_buffers() {
+    // A chain of matmuls: each intermediate dies after the next product.
+    let p = compile(
+        &[
+            ("x", TensorSpec::f32(&[32, 32])),
+            ("w", TensorSpec::f32(&[32, 32])),
+        ],
+        CompileOptions::named("chain"),
+        |_, t| {
+            let mut h = t[0].clone();
+            for _ in 0..6 {
+                h = h.matmul(&t[1]);
+            }
+            Ok(vec![("y".into(), h)])
+        },
+    )
+    .unwrap();
+    let s = p.stats();
+    assert!(s.peak_bytes < s.unshared_bytes, "{s:?}");
+    assert!(
+        s.peak_bytes <= 3 * 32 * 32 * 4,
+        "at most three live 32x32 buffers: {s:?}"
+    );
+}
