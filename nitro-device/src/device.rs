@@ -50,20 +50,10 @@ impl Device {
     }
 }
 
-#[cfg(not(feature = "cuda"))]
 fn cuda_available(device: Device) -> Result<(), DeviceError> {
-    Err(DeviceError::BuiltWithoutCuda(device.to_string()))
-}
-
-#[cfg(feature = "cuda")]
-fn cuda_available(_device: Device) -> Result<(), DeviceError> {
-    // cudarc's dynamic loader panics when libcuda is absent: ask first.
-    if cudarc::driver::sys::is_culib_present() {
-        Ok(())
-    } else {
-        Err(DeviceError::NoDriver(
-            "libcuda.so could not be loaded".into(),
-        ))
+    match device {
+        Device::Cuda(n) => crate::cuda::CudaDevice::open(n).map(|_| ()),
+        Device::Cpu => Ok(()),
     }
 }
 

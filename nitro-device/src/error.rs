@@ -29,4 +29,36 @@ pub enum DeviceError {
         /// Elements the buffer has.
         got: usize,
     },
+    /// A CUDA library (driver, NVRTC, cuBLAS) call failed.
+    #[error("CUDA error in {op}: {detail}")]
+    Cuda {
+        /// What nitro was doing (`alloc`, `memcpy_htod`, `launch fused_3`, ...).
+        op: String,
+        /// The library's own message.
+        detail: String,
+    },
+    /// The device ran out of memory even after the pool released its cache.
+    #[error("CUDA out of memory on {device}: {requested} bytes requested, {free} of {total} bytes free after releasing {released} cached bytes; lower the batch size or free arrays held on the device")]
+    OutOfMemory {
+        /// The device (`cuda:0`).
+        device: String,
+        /// Bytes asked for.
+        requested: usize,
+        /// Bytes the pool gave back before retrying.
+        released: usize,
+        /// Free device bytes after the retry failed.
+        free: usize,
+        /// Total device bytes.
+        total: usize,
+    },
+    /// NVRTC refused a generated kernel (a nitro bug: please report it with the log).
+    #[error("NVRTC could not compile `{kernel}` for {arch}: {log}")]
+    Compile {
+        /// Kernel or module name.
+        kernel: String,
+        /// Target architecture (`sm_90`).
+        arch: String,
+        /// The compiler log.
+        log: String,
+    },
 }

@@ -8,7 +8,9 @@
 //! The CUDA side (feature `cuda`) is loaded dynamically: a machine with no
 //! driver builds and runs everything, and asking for a CUDA device there is
 //! an error ([`DeviceError::NoDriver`] or [`DeviceError::BuiltWithoutCuda`]),
-//! never a panic.
+//! never a panic. With the feature, [`cuda`] holds the GPU side: device
+//! handles with one stream each, typed device buffers from a pooling
+//! allocator, host<->device copies, cuBLAS products and NVRTC compilation.
 //!
 //! ```
 //! use nitro_device::{DType, Device, HostBuffer};
@@ -20,6 +22,11 @@
 #![warn(missing_docs)]
 
 mod buffer;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_stub.rs"]
+pub mod cuda;
 mod device;
 mod dtype;
 mod error;
