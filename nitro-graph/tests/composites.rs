@@ -154,3 +154,86 @@ fn argmax_and_one_hot() {
     .to_f64_vec();
     assert_eq!(oh, vec![0.0, 0.0, 1.0, 1.0, 0.0, 0.0]);
 }
+
+#[test]
+fn dropout_is_keyed_unbiased_and_differentiable() {
+    use nitro_graph::nn::ops::dropout;
+    let n = 20_000;
+    let ones = vec![1.0; n];
+    let draw = |key: i32| {
+        run(&[vec![n]], &[ones.clone()], move |tr, t| {
+            dropout(&t[0], &tr.scalar(key as f64, DType::I32), 0.25, true)
+        })
+        .to_f64_vec()
+    };
+    let (a, b, c) = (draw(3), draw(3), draw(4));
+    assert_eq!(a, b, "same key, same mask");
+    assert_ne!(a, c, "new key, new mask");
+    let zeros = a.iter().filter(|&&v| v == 0.0).count() as f64 / n as f64;
+    let mean = a.iter().sum::<f64>() / n as f64;
+    assert!((zeros - 0.25).abs() < 0.02, "dropped fraction {zeros}");
+    assert!(
+        (mean - 1.0).abs() < 0.03,
+        "inverted dropout keeps the mean: {mean}"
+    );
+    assert!(a
+        .iter()
+        .all(|&v| v == 0.0 || (v - 1.0 / 0.75).abs() < 1e-12));
+    let eval = run(&[vec![n]], &[ones.clone()], |tr, t| {
+        dropout(&t[0], &tr.scalar(3.0, DType::I32), 0.25, false)
+    });
+    assert_eq!(eval.to_f64_vec(), ones);
+    check_grad(&[vec![6]], 1, |tr, t| {
+        dropout(&t[0], &tr.scalar(9.0, DType::I32), 0.5, true)
+    });
+}
+
+#[test]
+fn layer_norm_and_embedding() {
+    use nitro_graph::nn::layers::{Embedding, Layer, LayerNorm, Params};
+    let ln = LayerNorm { dim: 4, eps: 1e-5 };
+    let x = values(12, 5);
+    let got = run(
+        &[vec![3, 4], vec![4], vec![4]],
+        &[
+            x.clone(),
+            vec![1.0, 2.0, 0.5, 1.0],
+            vec![0.0, 0.1, 0.0, -0.1],
+        ],
+        |_, t| {
+            let p: Params<nitro_graph::Tensor> = [
+                ("scale".to_string(), t[1].clone()),
+                ("shift".to_string(), t[2].clone()),
+            ]
+            .into();
+            ln.apply(&p, "", &t[0])
+        },
+    );
+    let (scale, shift) = ([1.0, 2.0, 0.5, 1.0], [0.0, 0.1, 0.0, -0.1]);
+    let mut want = vec![];
+    for r in 0..3 {
+        let row = &x[r * 4..(r + 1) * 4];
+        let mu = row.iter().sum::<f64>() / 4.0;
+        let var = row.iter().map(|v| (v - mu).powi(2)).sum::<f64>() / 4.0;
+        want.extend((0..4).map(|c| (row[c] - mu) / (var + 1e-5).sqrt() * scale[c] + shift[c]));
+    }
+    assert_close(&got.to_f64_vec(), &want, 1e-10);
+    let ln2 = ln.clone();
+    check_grad(&[vec![3, 4], vec![4], vec![4]], 2, move |_, t| {
+        let p: Params<nitro_graph::Tensor> = [
+            ("scale".to_string(), t[1].clone()),
+            ("shift".to_string(), t[2].clone()),
+        ]
+        .into();
+        ln2.apply(&p, "", &t[0])
+    });
+    let emb = Embedding { vocab: 5, dim: 3 };
+    check_grad(&[vec![5, 3]], 3, move |tr, t| {
+        let p: Params<nitro_graph::Tensor> = [("table".to_string(), t[0].clone())].into();
+        emb.apply(
+            &p,
+            "",
+            &tr.literal(&[4.0, 0.0, 4.0, 2.0], &[2, 2], DType::I32),
+        )
+    });
+}

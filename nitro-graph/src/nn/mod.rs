@@ -7,6 +7,7 @@
 //! - [`layers`]: Lux-style layers (`init` a params tree, `apply` to traced inputs), `Chain`
 //! - [`optim`]: SGD (momentum, Nesterov), Adam, AdamW as graph updates
 //! - [`init`]: a seeded host RNG for parameter initialisation
+//! - [`train`]: [`train::AdamStep`], a whole classifier step in one program
 
 pub mod conv;
 pub mod init;
@@ -14,5 +15,6 @@ pub mod layers;
 pub mod loss;
 pub mod ops;
 pub mod optim;
+pub mod train;
 
 pub use layers::{Chain, Conv2d, Dense, Embedding, Layer, LayerNorm, Params};

@@ -100,3 +100,16 @@ pub fn one_hot(labels: &Tensor, classes: usize, dtype: DType) -> Tensor {
         .iota(&shape, shape.len() - 1, labels.dtype());
     idx.eq_t(&labels.reshape(&lshape)).cast(dtype)
 }
+
+/// Inverted dropout: during training each element is zeroed with
+/// probability `rate` and the survivors scaled by `1 / (1 - rate)`, using
+/// the counter-based generator keyed by the traced i32 scalar `key` (feed a
+/// new key each step); at evaluation it is the identity.
+pub fn dropout(x: &Tensor, key: &Tensor, rate: f64, train: bool) -> Tensor {
+    if !train || rate <= 0.0 {
+        return x.clone();
+    }
+    let u = x.tracer().random_uniform(key, x.shape(), x.dtype());
+    let keep = u.ge(&u.scalar_like(rate)).cast(x.dtype());
+    x * keep / (1.0 - rate)
+}
