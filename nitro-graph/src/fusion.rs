@@ -263,6 +263,8 @@ impl<'g> Fuser<'g> {
                 }
                 self.group_of[b]
             })
+            // The scalar group runs before everything: only input-only nodes join it.
+            .filter(|&g| Some(g) != self.scalar_group)
             .filter(|&g| matches!(&self.main[g], Kernel::Fused(f) if f.numel == numel))
             .collect();
         candidates.sort_unstable_by(|a, b| b.cmp(a));

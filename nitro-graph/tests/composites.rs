@@ -237,3 +237,40 @@ fn layer_norm_and_embedding() {
         )
     });
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
+
+    #[test]
+    fn log_softmax_mse_softplus_gradients(rows in 1usize..4, cols in 1usize..5, seed in 0u64..1000) {
+        use nitro_graph::nn::ops::softplus;
+        let shape = vec![rows, cols];
+        check_grad(&[shape.clone()], seed, |_, t| log_softmax(&t[0], 1));
+        check_grad(&[shape.clone(), shape.clone()], seed, |_, t| mse(&t[0], &t[1]));
+        let x: Vec<f64> = values(rows * cols, seed).iter().map(|v| v * 6.0).collect();
+        let want: Vec<f64> = x.iter().map(|v| (1.0 + v.exp()).ln()).collect();
+        assert_close(&run(&[shape.clone()], &[x], |_, t| softplus(&t[0])).to_f64_vec(), &want, 1e-12);
+        check_grad(&[shape], seed, |_, t| softplus(&t[0]));
+    }
+
+    #[test]
+    fn dense_layer_matches_reference(n in 1usize..4, i in 1usize..5, o in 1usize..5, seed in 0u64..1000) {
+        use nitro_graph::nn::layers::{Activation, Dense, Layer, Params};
+        let (x, w, b) = (values(n * i, seed), values(i * o, seed + 1), values(o, seed + 2));
+        let layer = Dense::new(i, o).with(Activation::Tanh);
+        let l2 = layer.clone();
+        let got = run(&[vec![n, i], vec![i, o], vec![o]], &[x.clone(), w.clone(), b.clone()], move |_, t| {
+            let p: Params<nitro_graph::Tensor> = [("weight".to_string(), t[1].clone()), ("bias".to_string(), t[2].clone())].into();
+            l2.apply(&p, "", &t[0])
+        });
+        let want: Vec<f64> = (0..n * o).map(|e| {
+            let (r, c) = (e / o, e % o);
+            ((0..i).map(|k| x[r * i + k] * w[k * o + c]).sum::<f64>() + b[c]).tanh()
+        }).collect();
+        assert_close(&got.to_f64_vec(), &want, 1e-12);
+        check_grad(&[vec![n, i], vec![i, o], vec![o]], seed, move |_, t| {
+            let p: Params<nitro_graph::Tensor> = [("weight".to_string(), t[1].clone()), ("bias".to_string(), t[2].clone())].into();
+            layer.apply(&p, "", &t[0])
+        });
+    }
+}

@@ -262,3 +262,56 @@ fn iota_and_random_are_deterministic_and_uniform() {
     assert!(a.iter().all(|&v| (0.0..1.0).contains(&v)));
     assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
 }
+
+proptest! {
+    #![proptest_config(cfg())]
+
+    #[test]
+    fn sign_floor_and_every_comparison(n in 1usize..10, seed in 0u64..1000) {
+        let x: Vec<f64> = values(n, seed).iter().map(|v| v * 4.0).collect();
+        let y = values(n, seed + 9);
+        let sign = run(&[vec![n]], &[x.clone()], |_, t| t[0].sign()).to_f64_vec();
+        let floor = run(&[vec![n]], &[x.clone()], |_, t| t[0].floor()).to_f64_vec();
+        for i in 0..n {
+            prop_assert_eq!(sign[i], if x[i] > 0.0 { 1.0 } else if x[i] < 0.0 { -1.0 } else { 0.0 });
+            prop_assert_eq!(floor[i], x[i].floor());
+        }
+        check_grad(&[vec![n]], seed, |_, t| t[0].floor() + t[0].sign() + &t[0] * 2.0);
+        type Cmp = (fn(&Tensor, &Tensor) -> Tensor, fn(f64, f64) -> bool);
+        let cases: [Cmp; 6] = [
+            (|a, b| a.eq_t(b), |a, b| a == b),
+            (|a, b| a.ne_t(b), |a, b| a != b),
+            (|a, b| a.lt(b), |a, b| a < b),
+            (|a, b| a.le(b), |a, b| a <= b),
+            (|a, b| a.gt(b), |a, b| a > b),
+            (|a, b| a.ge(b), |a, b| a >= b),
+        ];
+        // Compare against itself too, so the equal case is exercised.
+        let mut b = y.clone();
+        b[0] = x[0];
+        for (op, reference) in cases {
+            let got = run(&[vec![n], vec![n]], &[x.clone(), b.clone()], |_, t| op(&t[0], &t[1]).cast(DType::F64)).to_f64_vec();
+            let want: Vec<f64> = (0..n).map(|i| reference(x[i], b[i]) as u8 as f64).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn scatter_add_forward(rows in 1usize..5, width in 1usize..4, idx in prop::collection::vec(0i32..5, 1..6), seed in 0u64..1000) {
+        let idx: Vec<i32> = idx.into_iter().map(|i| i % rows as i32).collect();
+        let upd = values(idx.len() * width, seed);
+        let ids = idx.clone();
+        let got = run(&[vec![idx.len(), width]], &[upd.clone()], move |tr, t| {
+            let i = tr.literal(&ids.iter().map(|&v| v as f64).collect::<Vec<_>>(), &[ids.len()], DType::I32);
+            t[0].scatter_add(&i, rows)
+        })
+        .to_f64_vec();
+        let mut want = vec![0.0; rows * width];
+        for (k, &r) in idx.iter().enumerate() {
+            for j in 0..width {
+                want[r as usize * width + j] += upd[k * width + j];
+            }
+        }
+        assert_close(&got, &want, 1e-12);
+    }
+}

@@ -1,0 +1,233 @@
+//! The CUDA backend (feature `cuda`): the same scheduled, planned graph the
+//! CPU runs, lowered to CUDA C ([`codegen`]), compiled with NVRTC for the
+//! device's own architecture and run on its stream ([`executable`]).
+//!
+//! [`CudaProgram`] is the entry point. It compiles the graph through the
+//! ordinary pipeline (so it has exactly the CPU [`Program`]'s graph,
+//! schedule and memory plan), then generates one CUDA kernel per fused group
+//! and per data-movement or reduction kernel; matrix products go to cuBLAS.
+//! [`CudaProgram::generate`] stops before touching a device, so the
+//! generated source can be printed and tested on any machine;
+//! [`CudaProgram::compile_graph`] also compiles and loads it, and is where a
+//! machine without a driver gets its error ("no CUDA driver found: ...").
+//!
+//! ```no_run
+//! # use nitro_graph::backend::cuda::CudaProgram;
+//! # use nitro_graph::{Array, CompileOptions, Device, TensorSpec};
+//! let program = CudaProgram::compile(
+//!     &[("x", TensorSpec::f32(&[1024]))],
+//!     CompileOptions::named("double_tanh"),
+//!     |_, t| Ok(vec![("y".into(), (t[0].clone() * t[0].clone()).tanh())]),
+//!     Device::Cuda(0),
+//! )?;
+//! println!("{}", program.source());
+//! let y = program.run(&mut [Array::new(&[1024], vec![0.5f32; 1024])?])?;
+//! # Ok::<(), nitro_graph::GraphError>(())
+//! ```
+
+pub mod codegen;
+pub mod executable;
+
+pub use codegen::{CudaSource, Step};
+pub use executable::CudaExecutable;
+
+use crate::error::{GraphError, Result};
+use crate::exec::{compile_graph as compile_cpu, Array, CompileOptions, Program};
+use crate::fusion::{schedule, Schedule};
+use crate::ir::{Graph, TensorSpec};
+use crate::plan::{plan, MemoryPlan};
+use crate::trace::{trace, Tensor, Tracer};
+use nitro_device::cuda::{CudaBuffer, CudaDevice};
+use nitro_device::{Device, DeviceError};
+
+fn backend(e: DeviceError) -> GraphError {
+    GraphError::Backend(e.to_string())
+}
+
+/// A program lowered to CUDA: its generated source, and (when compiled for
+/// a device) the loaded kernels.
+pub struct CudaProgram {
+    program: Program,
+    schedule: Schedule,
+    plan: MemoryPlan,
+    source: CudaSource,
+    exe: Option<CudaExecutable>,
+}
+
+impl std::fmt::Debug for CudaProgram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CudaProgram({}, {} kernels, {})",
+            self.program.name(),
+            self.source.kernels.len(),
+            if self.exe.is_some() { "loaded" } else { "source only" }
+        )
+    }
+}
+
+impl CudaProgram {
+    /// Compile `graph` and generate its CUDA source, without a device.
+    pub fn generate(graph: Graph, options: CompileOptions) -> Result<CudaProgram> {
+        let donate_names = options.donate.clone();
+        let program = compile_cpu(graph, options)?;
+        let graph = program.graph();
+        let donate: Vec<(usize, usize)> = donate_names
+            .iter()
+            .map(|(i, o)| {
+                let i = graph.input_index(i).expect("checked by compile");
+                let o = graph.output_index(o).expect("checked by compile");
+                (i, o)
+            })
+            .collect();
+        let schedule = schedule(graph);
+        let plan = plan(graph, &schedule, &donate);
+        let source = codegen::generate(graph, &schedule);
+        Ok(CudaProgram {
+            program,
+            schedule,
+            plan,
+            source,
+            exe: None,
+        })
+    }
+
+    /// Compile `graph` for `device` (a `Device::Cuda`): generate, compile
+    /// every kernel with NVRTC and load it.
+    pub fn compile_graph(graph: Graph, options: CompileOptions, device: Device) -> Result<CudaProgram> {
+        let Device::Cuda(ordinal) = device else {
+            return Err(GraphError::Backend(format!(
+                "CudaProgram runs on a CUDA device, not {device}; use nitro_graph::compile for the CPU"
+            )));
+        };
+        let dev = CudaDevice::open(ordinal).map_err(backend)?;
+        let mut p = CudaProgram::generate(graph, options)?;
+        p.exe = Some(CudaExecutable::new(&dev, &p.source).map_err(backend)?);
+        Ok(p)
+    }
+
+    /// Trace `f` over named input signatures and compile it for `device`.
+    pub fn compile<F>(
+        inputs: &[(&str, TensorSpec)],
+        options: CompileOptions,
+        f: F,
+        device: Device,
+    ) -> Result<CudaProgram>
+    where
+        F: FnOnce(&Tracer, &[Tensor]) -> Result<Vec<(String, Tensor)>>,
+    {
+        CudaProgram::compile_graph(trace(inputs, f)?, options, device)
+    }
+
+    /// The complete generated CUDA C module.
+    pub fn source(&self) -> &str {
+        &self.source.source
+    }
+
+    /// The generated module with its launch list.
+    pub fn cuda(&self) -> &CudaSource {
+        &self.source
+    }
+
+    /// The same program compiled for the CPU (graph, signature, names).
+    pub fn cpu(&self) -> &Program {
+        &self.program
+    }
+
+    /// The schedule the kernels were generated from.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The memory plan the launches bind buffers by.
+    pub fn plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// Text listing: one line per device step, then the CUDA source.
+    pub fn listing(&self) -> String {
+        let mut s = format!(
+            "cuda program {} ({} steps, {} kernels)\n",
+            self.program.name(),
+            self.source.steps.len(),
+            self.source.kernels.len()
+        );
+        let graph = self.program.graph();
+        for (i, step) in self.source.steps.iter().enumerate() {
+            s += &match step {
+                Step::Launch { kernel, grid, .. } => format!("  s{i}: launch {kernel} {grid:?}\n"),
+                Step::Gemm { node, .. } => {
+                    format!("  s{i}: cublas gemm -> %{node}: {}\n", graph.nodes[*node].spec)
+                }
+            };
+        }
+        s + "\n" + &self.source.source
+    }
+
+    fn exe(&self) -> Result<&CudaExecutable> {
+        self.exe.as_ref().ok_or_else(|| {
+            GraphError::Backend(format!(
+                "program `{}` was generated without a device; compile it with CudaProgram::compile_graph",
+                self.program.name()
+            ))
+        })
+    }
+
+    /// Run with device-resident inputs: donated outputs replace their
+    /// inputs' contents, the others come back (in
+    /// [`Program::returned_names`] order) as new device buffers.
+    pub fn run_device(&self, inputs: &mut [CudaBuffer]) -> Result<Vec<CudaBuffer>> {
+        let graph = self.program.graph();
+        if inputs.len() != graph.inputs.len() {
+            return Err(GraphError::Arity {
+                program: self.program.name().to_string(),
+                expected: graph.inputs.len(),
+                got: inputs.len(),
+                names: graph
+                    .inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        self.exe()?
+            .run(graph, &self.plan, &self.source.steps, inputs)
+            .map_err(backend)
+    }
+
+    /// Upload `inputs`, run, and copy results back: donated outputs into
+    /// their inputs, the rest returned, exactly as [`Program::run`].
+    pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
+        self.program.check_signature(inputs)?;
+        let exe = self.exe()?;
+        let dev = exe.device();
+        let mut bufs = inputs
+            .iter()
+            .map(|a| dev.upload(a.data()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(backend)?;
+        let outs = self.run_device(&mut bufs)?;
+        for &(input, _) in self.plan.in_place.iter().chain(&self.plan.swapped) {
+            *inputs[input].data_mut() = bufs[input].download().map_err(backend)?;
+        }
+        let graph = self.program.graph();
+        let donated: Vec<usize> = self
+            .plan
+            .in_place
+            .iter()
+            .chain(&self.plan.swapped)
+            .map(|&(_, o)| o)
+            .collect();
+        graph
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !donated.contains(i))
+            .zip(outs)
+            .map(|((_, &(_, node)), buf)| {
+                Array::new(&graph.nodes[node].spec.shape, buf.download().map_err(backend)?)
+            })
+            .collect()
+    }
+}

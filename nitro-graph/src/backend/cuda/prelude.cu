@@ -1,0 +1,66 @@
+// nitro CUDA prelude: storage conversions and the counter-based RNG.
+// No headers: NVRTC compiles this without the toolkit's include files.
+// f16 goes through the PTX cvt instructions (round to nearest even);
+// bf16 is converted in integer arithmetic exactly as the `half` crate does.
+
+typedef unsigned short nitro_f16;
+typedef unsigned short nitro_bf16;
+
+__device__ __forceinline__ float nitro_f16_to_f32(nitro_f16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ nitro_f16 nitro_f32_to_f16(float f) {
+    nitro_f16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float nitro_bf16_to_f32(nitro_bf16 h) {
+    return __uint_as_float(((unsigned int)h) << 16);
+}
+
+__device__ __forceinline__ nitro_bf16 nitro_f32_to_bf16(float f) {
+    unsigned int x = __float_as_uint(f);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) {
+        return (nitro_bf16)((x >> 16) | 0x0040u);
+    }
+    if ((x & 0x8000u) != 0u && (x & 0x17FFFu) != 0u) {
+        return (nitro_bf16)((x >> 16) + 1u);
+    }
+    return (nitro_bf16)(x >> 16);
+}
+
+// f64 -> f32 rounding to odd, so that a second rounding to f16/bf16 equals
+// one direct rounding from f64 (as the CPU's `from_f64` does).
+__device__ __forceinline__ float nitro_f64_to_f32_odd(double x) {
+    float f = __double2float_rz(x);
+    if ((double)f != x && f == f) {
+        f = __uint_as_float(__float_as_uint(f) | 1u);
+    }
+    return f;
+}
+
+// Saturating float -> u8 (Rust's `as u8`): NaN -> 0.
+__device__ __forceinline__ int nitro_f64_to_u8(double x) {
+    return x != x ? 0 : (x <= 0.0 ? 0 : (x >= 255.0 ? 255 : (int)x));
+}
+
+// The counter-based generator of backend/cpu (`uniform`): two rounds of
+// the SplitMix64 finaliser over (key, salt, index), in integer arithmetic,
+// so both backends draw the same stream bit for bit.
+__device__ __forceinline__ unsigned long long nitro_mix(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ double nitro_uniform(int key, unsigned long long salt,
+                                                unsigned long long index) {
+    unsigned long long stream =
+        nitro_mix((unsigned long long)(unsigned int)key ^ (salt * 0x9E3779B97F4A7C15ULL));
+    unsigned long long bits = nitro_mix(stream + index * 0x9E3779B97F4A7C15ULL);
+    return (double)(bits >> 40) / 16777216.0;
+}
