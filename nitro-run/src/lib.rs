@@ -1,4 +1,92 @@
-//! nitro-run: the Experiment trait, the Nitro handle and the training lifecycle; the only crate that wires the others together.
+//! nitro-run: the Experiment trait, the Nitro handle and the training
+//! lifecycle; the only crate that wires the others together.
 //!
-//! This crate is a documented skeleton; its issue fills it in.
+//! **Owns:** [`Experiment`] (four required hooks, defaulted optional ones),
+//! [`Nitro`] (setup in `new`, frozen [`RunValues`], lazy programs through
+//! the process-wide compile cache, [`Nitro::set_device`], padded
+//! [`Nitro::predict`] / [`Nitro::evaluate`]), [`Nitro::train`] (one fused
+//! step: forward, loss, grad, clip, optimizer update in place), optimizers,
+//! schedules, metrics, early stopping, checkpoints and exact resume,
+//! progress and Ctrl-C. **Does not own:** tensors and compiling
+//! (nitro-graph), field markers (nitro-markers), keys (nitro-cache), host
+//! data (nitro-data), the checkpoint format (nitro-ckpt).
+//!
+//! ```no_run
+//! use nitro_graph::nn::init::InitRng;
+//! use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
+//! use nitro_graph::nn::loss::softmax_cross_entropy;
+//! use nitro_graph::Tensor;
+//! use nitro_markers::{Experiment, Fields, GraphConst};
+//! use nitro_run::{HookError, ModelParts, Nitro};
+//!
+//! #[derive(Experiment)]
+//! struct Mlp {
+//!     #[experiment(default = 64)]
+//!     width: GraphConst<usize>,
+//! }
+//! #[derive(Fields)]
+//! struct Img<T> { image: T }
+//! #[derive(Fields)]
+//! struct Label<T> { label: T }
+//!
+//! impl nitro_run::Experiment for Mlp {
+//!     type Model = Chain;
+//!     type Inputs = Img<Tensor>;
+//!     type Targets = Label<Tensor>;
+//!     type Outputs = Tensor;
+//!     fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+//!         let model = Chain::new()
+//!             .push(Dense::new(784, *self.width).with(Activation::Relu))
+//!             .push(Dense::new(*self.width, 10));
+//!         let mut params = Params::new();
+//!         model.init(rng, "", &mut params);
+//!         ModelParts { model, params, state: Params::new() }
+//!     }
+//!     fn build_data(&self, _: Option<&nitro_run::Distributed>) -> Result<nitro_data::Splits, HookError> {
+//!         let cfg = nitro_data::digits::DigitsConfig { train: 2000, val: 500, test: 500, seed: 1 };
+//!         Ok(nitro_data::digits::generate(&cfg)?)
+//!     }
+//!     fn forward(_: &MlpView<Tensor>, m: &Chain, ps: &Params<Tensor>, st: &Params<Tensor>, x: Img<Tensor>) -> (Tensor, Params<Tensor>) {
+//!         let n = x.image.shape()[0];
+//!         (m.apply(ps, "", &x.image.reshape(&[n, 784])), st.clone())
+//!     }
+//!     fn loss(_: &MlpView<Tensor>, logits: &Tensor, y: Label<Tensor>) -> Tensor {
+//!         softmax_cross_entropy(logits, &y.label, 0.0)
+//!     }
+//! }
+//!
+//! let mut n = Nitro::new(Mlp::defaults_for_run())?;
+//! n.train()?;
+//! println!("{:?}", n.evaluate("test")?);
+//! # Ok::<(), nitro_run::RunError>(())
+//! ```
 #![warn(missing_docs)]
+
+mod ckpt;
+mod convert;
+mod error;
+mod experiment;
+mod handle;
+mod interrupt;
+mod metric;
+mod optim;
+mod programs;
+mod progress;
+mod report;
+mod schedule;
+mod stop;
+mod train;
+
+pub use error::{HookError, Result, RunError};
+pub use experiment::{
+    Checkpointer, Distributed, Experiment, Logger, ModelParts, Progress, Tensors,
+};
+pub use handle::Nitro;
+pub use interrupt::request_stop;
+pub use metric::{HostOutputs, Metric};
+pub use optim::Optimizer;
+pub use programs::{cache_stats, total_compiles};
+pub use report::{set_config_report, RunValues};
+pub use schedule::Schedule;
+pub use stop::{Patience, Stopper};
+pub use train::{Position, TrainReport};

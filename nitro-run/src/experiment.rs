@@ -1,0 +1,191 @@
+//! The `Experiment` trait: four required hooks, everything else defaulted.
+//!
+//! Traced hooks (`forward`, `loss`) are associated functions that receive the
+//! compile view, not `self`: GraphConst fields keep their values, Device
+//! fields are traced inputs, and reading a Host field does not compile.
+
+use std::path::PathBuf;
+
+use nitro_data::Splits;
+use nitro_graph::nn::init::InitRng;
+use nitro_graph::nn::layers::Params;
+use nitro_graph::{Array, Tensor};
+use nitro_markers::{BatchFields, ExperimentFields, Tree};
+
+use crate::error::HookError;
+use crate::metric::Metric;
+use crate::optim::Optimizer;
+use crate::schedule::Schedule;
+use crate::stop::Stopper;
+
+nitro_markers::leaf_kind!(
+    /// Trees whose leaves are traced tensors (forward's outputs).
+    pub struct Tensors => Tensor
+);
+
+/// The distribution handle `build_data` receives; there is none today.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Distributed;
+
+/// What `build_model` returns: the model structure (host-side, read while
+/// tracing), its initial parameters and its initial state.
+pub struct ModelParts<M> {
+    /// The model structure (layer sizes, a `Chain`, ...).
+    pub model: M,
+    /// Trainable parameters by path.
+    pub params: Params<Array>,
+    /// Non-trainable state by path (empty for most models).
+    pub state: Params<Array>,
+}
+
+/// Checkpoint policy: when to save and what to keep.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpointer {
+    /// Save every this many updates (0 = only at epoch ends and the end).
+    pub every_steps: u64,
+    /// Save at the end of every epoch.
+    pub every_epoch: bool,
+    /// Keep the newest N checkpoints.
+    pub keep_last: usize,
+    /// Also keep the best M by a metric: `(metric, keep, maximize)`.
+    pub best: Option<(String, usize, bool)>,
+}
+
+impl Default for Checkpointer {
+    fn default() -> Self {
+        Checkpointer {
+            every_steps: 0,
+            every_epoch: true,
+            keep_last: 3,
+            best: None,
+        }
+    }
+}
+
+/// How training reports progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Progress {
+    /// A bar on a terminal, plain periodic lines otherwise.
+    #[default]
+    Auto,
+    /// Plain lines on stderr.
+    Lines,
+    /// Nothing but errors.
+    Off,
+}
+
+/// Logging settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Logger {
+    /// Progress display.
+    pub progress: Progress,
+    /// Steps between plain progress lines.
+    pub every: u64,
+}
+
+impl Default for Logger {
+    fn default() -> Self {
+        Logger {
+            progress: Progress::Auto,
+            every: 100,
+        }
+    }
+}
+
+/// An experiment: one flat struct of knobs (`#[derive(Experiment)]`) plus
+/// these hooks. Only the first four are required.
+pub trait Experiment: ExperimentFields + 'static {
+    /// The model structure `build_model` returns and `forward` reads.
+    type Model: Send + Sync;
+    /// The batch fields `forward` takes (`#[derive(Fields)]`), as tensors.
+    type Inputs: BatchFields<Tensor>;
+    /// The batch fields `loss` takes, as tensors.
+    type Targets: BatchFields<Tensor>;
+    /// What `forward` returns: a tensor, a tuple or a `#[derive(Tree)]`
+    /// struct; every leaf keeps the batch on axis 0.
+    type Outputs: Tree<Tensors>;
+
+    /// Builds the model, its parameters and state (deterministic in `rng`).
+    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Self::Model>;
+
+    /// Builds the data: `Splits { train, val, test }`. `dist` is `None` today.
+    fn build_data(&self, dist: Option<&Distributed>) -> Result<Splits, HookError>;
+
+    /// The exportable program: inputs only, never targets. Returns the
+    /// outputs and the new state (return `st` itself if there is none).
+    fn forward(
+        e: &Self::View<Tensor>,
+        model: &Self::Model,
+        ps: &Params<Tensor>,
+        st: &Params<Tensor>,
+        inputs: Self::Inputs,
+    ) -> (Self::Outputs, Params<Tensor>);
+
+    /// The scalar loss from forward's outputs (exactly as returned) and the
+    /// target fields.
+    fn loss(e: &Self::View<Tensor>, outputs: &Self::Outputs, targets: Self::Targets) -> Tensor;
+
+    /// Validation metrics, computed on sliced host outputs (default: none;
+    /// `val_loss` is always reported).
+    fn metrics(&self) -> Vec<Metric> {
+        Vec::new()
+    }
+
+    /// Training metrics, aggregated over each epoch (default: none; the
+    /// train `loss` is always reported).
+    fn train_metrics(&self) -> Vec<Metric> {
+        Vec::new()
+    }
+
+    /// Values that depend on the data (class weights, normalisers): runs
+    /// after `build_data`, before device conversion; recomputed on resume.
+    fn derive(&mut self, data: &Splits) -> Result<(), HookError> {
+        let _ = data;
+        Ok(())
+    }
+
+    /// Seed for parameter init and data order.
+    fn seed(&self) -> u64 {
+        42
+    }
+    /// Micro-batch width.
+    fn batch_size(&self) -> usize {
+        128
+    }
+    /// Micro-batches per update.
+    fn accum(&self) -> usize {
+        1
+    }
+    /// Epochs to train.
+    fn max_epochs(&self) -> u64 {
+        3
+    }
+    /// Global-norm gradient clipping (None = off).
+    fn clip(&self) -> Option<f64> {
+        None
+    }
+    /// The optimizer.
+    fn optimizer(&self) -> Optimizer {
+        Optimizer::default()
+    }
+    /// Schedules by target: `"lr"` or a Device field of scalar f32.
+    fn schedule(&self) -> Vec<(String, Schedule)> {
+        Vec::new()
+    }
+    /// Where checkpoints go (default `runs/<ExperimentName>`).
+    fn run_dir(&self) -> PathBuf {
+        PathBuf::from("runs").join(Self::experiment_name())
+    }
+    /// An early stopper (None = run every epoch).
+    fn early_stop(&self) -> Option<Box<dyn Stopper>> {
+        None
+    }
+    /// Checkpoint policy.
+    fn checkpointer(&self) -> Checkpointer {
+        Checkpointer::default()
+    }
+    /// Progress and logging.
+    fn logger(&self) -> Logger {
+        Logger::default()
+    }
+}

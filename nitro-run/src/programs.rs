@@ -1,0 +1,539 @@
+//! The three compiled programs (train step, eval step, predict): how each is
+//! traced from the hooks, what its inputs are, and what enters its key in
+//! the process-wide cache.
+//!
+//! Input layout (names are the program's input names):
+//!
+//! ```text
+//! predict     p.*  s.*  d.*                         b0.<forward fields>
+//! eval_step   p.*  s.*  d.*                         b0.<routed fields>
+//! train_step  p.*  s.*  o0.* [o1.*]  d.*  h.*  h.micro_w  b0.* .. b{accum-1}.*
+//! ```
+//!
+//! `p` params, `s` state, `o` optimizer slots, `d` Device fields, `h`
+//! hyperparameters (scalars), `b<i>` micro-batch `i`. The train step donates
+//! `new.p.*`, `new.s.*` and `new.o*.*` into their inputs, so one call
+//! updates everything in place and returns only the loss (and outputs, when
+//! train metrics need them).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
+
+use nitro_cache::{CompileCache, KeyBuilder, Outcome};
+use nitro_graph::nn::layers::Params;
+use nitro_graph::nn::optim::{adam, clip_by_global_norm, sgd, AdamHyper};
+use nitro_graph::{
+    compile, CompileOptions, DType, GraphError, Program, Tensor, TensorSpec, Tracer,
+};
+use nitro_markers::{BatchFields, Tree};
+
+use crate::convert::signature;
+use crate::error::{Result, RunError};
+use crate::experiment::{Experiment, Tensors};
+use crate::optim::Optimizer;
+
+/// The process-wide compile cache every handle shares: a second handle on
+/// the same experiment with the same GraphConst values compiles nothing.
+pub(crate) static PROGRAMS: LazyLock<CompileCache<Arc<Program>>> = LazyLock::new(CompileCache::new);
+
+/// Compile counters of one program kind (`train_step`, `eval_step`,
+/// `predict`) in the process-wide cache.
+pub fn cache_stats(kind: &str) -> nitro_cache::Stats {
+    PROGRAMS.stats(kind)
+}
+
+/// Total successful compiles across all program kinds.
+pub fn total_compiles() -> u64 {
+    PROGRAMS.stats_all().values().map(|s| s.compiles).sum()
+}
+
+/// Input signatures shared by every program of one handle.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub params: Vec<(String, TensorSpec)>,
+    pub state: Vec<(String, TensorSpec)>,
+    pub device: Vec<(&'static str, TensorSpec)>,
+    /// Routed batch fields and their per-sample spec (no batch axis).
+    pub fields: Vec<(String, TensorSpec)>,
+    pub forward_fields: Vec<String>,
+    pub loss_fields: Vec<String>,
+    pub dtype: DType,
+}
+
+/// Which program, and its structural settings.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Kind {
+    Predict {
+        width: usize,
+    },
+    Eval {
+        width: usize,
+    },
+    Train {
+        width: usize,
+        accum: usize,
+        optimizer: Optimizer,
+        clip: bool,
+        outputs: bool,
+    },
+}
+
+impl Kind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::Predict { .. } => "predict",
+            Kind::Eval { .. } => "eval_step",
+            Kind::Train { .. } => "train_step",
+        }
+    }
+}
+
+/// A compiled program and the names of the values it returns.
+#[derive(Clone)]
+pub(crate) struct Compiled {
+    pub program: Arc<Program>,
+    pub returned: Vec<String>,
+}
+
+impl Compiled {
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.returned.iter().position(|n| n == name)
+    }
+}
+
+fn batch_with(spec: &TensorSpec, width: usize) -> TensorSpec {
+    let mut shape = vec![width];
+    shape.extend(&spec.shape);
+    TensorSpec::new(spec.dtype, &shape)
+}
+
+/// Every input name and signature of `kind`, in order.
+pub(crate) fn inputs(layout: &Layout, kind: &Kind) -> Vec<(String, TensorSpec)> {
+    let mut out: Vec<(String, TensorSpec)> = vec![];
+    let group =
+        |out: &mut Vec<(String, TensorSpec)>, prefix: &str, items: &[(String, TensorSpec)]| {
+            out.extend(
+                items
+                    .iter()
+                    .map(|(n, s)| (format!("{prefix}.{n}"), s.clone())),
+            )
+        };
+    group(&mut out, "p", &layout.params);
+    group(&mut out, "s", &layout.state);
+    if let Kind::Train { optimizer, .. } = kind {
+        for k in 0..optimizer.slots() {
+            group(&mut out, &format!("o{k}"), &layout.params);
+        }
+    }
+    out.extend(
+        layout
+            .device
+            .iter()
+            .map(|(n, s)| (format!("d.{n}"), s.clone())),
+    );
+    let scalar = TensorSpec::new(layout.dtype, &[]);
+    let (width, micro, fields): (usize, usize, Vec<&(String, TensorSpec)>) = match kind {
+        Kind::Predict { width } => (
+            *width,
+            1,
+            layout
+                .fields
+                .iter()
+                .filter(|(n, _)| layout.forward_fields.contains(n))
+                .collect(),
+        ),
+        Kind::Eval { width } => (*width, 1, layout.fields.iter().collect()),
+        Kind::Train {
+            width,
+            accum,
+            optimizer,
+            clip,
+            ..
+        } => {
+            for (h, _) in optimizer.hyper_values(0.0, 0) {
+                out.push((format!("h.{h}"), scalar.clone()));
+            }
+            if *clip {
+                out.push(("h.max_norm".into(), scalar.clone()));
+            }
+            out.push(("h.micro_w".into(), TensorSpec::new(layout.dtype, &[*accum])));
+            (*width, *accum, layout.fields.iter().collect())
+        }
+    };
+    for i in 0..micro {
+        for (n, s) in &fields {
+            out.push((format!("b{i}.{n}"), batch_with(s, width)));
+        }
+    }
+    out
+}
+
+/// The program's key: what it is, for which experiment type, every
+/// GraphConst by value, every input signature, and the optimizer structure.
+fn key<E: Experiment>(e: &E, layout: &Layout, kind: &Kind) -> Result<nitro_cache::Key> {
+    let mut b = KeyBuilder::new()
+        .part("program", kind.name())
+        .part("experiment", std::any::type_name::<E>());
+    for (name, value) in e.graph_const_values() {
+        b = b.graph_const(name, &value.to_string());
+    }
+    for (name, spec) in inputs(layout, kind) {
+        b = b.input_sig(&name, &signature(&spec));
+    }
+    b = b
+        .structure("forward_fields", &layout.forward_fields)
+        .structure("loss_fields", &layout.loss_fields);
+    if let Kind::Train {
+        optimizer,
+        clip,
+        outputs,
+        ..
+    } = kind
+    {
+        b = b
+            .config("optimizer", &optimizer.structure())
+            .config("clip", clip)
+            .config("train_outputs", outputs);
+    }
+    Ok(b.finish()?)
+}
+
+/// The compiled program for `kind`, from the process-wide cache (compiling
+/// on a miss). Returns it and, on a miss, the reason (explain-a-miss).
+pub(crate) fn get<E: Experiment>(
+    e: &E,
+    model: &E::Model,
+    layout: &Layout,
+    kind: &Kind,
+) -> Result<(Compiled, Option<String>)> {
+    let key = key(e, layout, kind)?;
+    let (program, outcome) = PROGRAMS.get_or_compile(kind.name(), &key, None, || {
+        build(e, model, layout, kind).map(Arc::new)
+    })?;
+    let reason = match outcome {
+        Outcome::Miss(why) => Some(why.to_string()),
+        _ => None,
+    };
+    let returned = program.returned_names().to_vec();
+    Ok((Compiled { program, returned }, reason))
+}
+
+/// Leaves of forward's outputs, named by path (a bare tensor is `output`).
+pub(crate) fn output_leaves<O: Tree<Tensors>>(outputs: &O) -> Vec<(String, Tensor)> {
+    Tree::<Tensors>::leaves(outputs)
+        .into_iter()
+        .map(|(p, t)| {
+            let name = if p.is_empty() {
+                "output".to_string()
+            } else {
+                p
+            };
+            (name, t.clone())
+        })
+        .collect()
+}
+
+struct Traced {
+    outputs: Vec<(String, Tensor)>,
+    state: Params<Tensor>,
+    loss: Option<Tensor>,
+}
+
+fn hook_batch(batch: &BTreeMap<String, Tensor>, fields: &[String]) -> BTreeMap<String, Tensor> {
+    fields
+        .iter()
+        .filter_map(|f| Some((f.clone(), batch.get(f)?.clone())))
+        .collect()
+}
+
+/// forward (and loss) on one traced micro-batch, with the checks the seed
+/// asks for: outputs keep the batch axis, state keeps its keys, loss is scalar.
+#[allow(clippy::too_many_arguments)]
+fn apply<E: Experiment>(
+    view: &E::View<Tensor>,
+    model: &E::Model,
+    ps: &Params<Tensor>,
+    st: &Params<Tensor>,
+    batch: &BTreeMap<String, Tensor>,
+    layout: &Layout,
+    width: usize,
+    with_loss: bool,
+) -> Result<Traced> {
+    let missing = |e: nitro_markers::MissingField| RunError::BatchField {
+        field: e.field.clone(),
+        reason: e.to_string(),
+    };
+    let inputs =
+        E::Inputs::from_batch(&mut hook_batch(batch, &layout.forward_fields)).map_err(missing)?;
+    let (outs, st_new) = E::forward(view, model, ps, st, inputs);
+    let outputs = output_leaves(&outs);
+    for (leaf, t) in &outputs {
+        if t.shape().first() != Some(&width) {
+            return Err(RunError::OutputWithoutBatch {
+                leaf: leaf.clone(),
+                shape: t.shape().to_vec(),
+                width,
+            });
+        }
+    }
+    if st_new.keys().ne(st.keys()) {
+        return Err(RunError::StateMismatch {
+            got: st_new.keys().cloned().collect(),
+            expected: st.keys().cloned().collect(),
+        });
+    }
+    let loss = if with_loss {
+        let targets =
+            E::Targets::from_batch(&mut hook_batch(batch, &layout.loss_fields)).map_err(missing)?;
+        let loss = E::loss(view, &outs, targets);
+        if !loss.shape().is_empty() {
+            return Err(RunError::Setting {
+                setting: "loss",
+                reason: format!(
+                    "the loss hook returned shape {:?}; it must return a scalar (reduce with mean or sum)",
+                    loss.shape()
+                ),
+            });
+        }
+        Some(loss)
+    } else {
+        None
+    };
+    Ok(Traced {
+        outputs,
+        state: st_new,
+        loss,
+    })
+}
+
+fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -> Result<Program> {
+    let specs = inputs(layout, kind);
+    let spec_refs: Vec<(&str, TensorSpec)> =
+        specs.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
+    let mut options = CompileOptions::named(kind.name());
+    if let Kind::Train { optimizer, .. } = kind {
+        let mut groups = vec!["p".to_string(), "s".to_string()];
+        groups.extend((0..optimizer.slots()).map(|k| format!("o{k}")));
+        for g in groups {
+            let items = if g == "s" {
+                &layout.state
+            } else {
+                &layout.params
+            };
+            for (n, _) in items {
+                options = options.donate(&format!("{g}.{n}"), &format!("new.{g}.{n}"));
+            }
+        }
+    }
+    let failure: RefCell<Option<RunError>> = RefCell::new(None);
+    let result = compile(&spec_refs, options, |tracer, t| {
+        let named: BTreeMap<&str, &Tensor> = specs
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .zip(t.iter())
+            .collect();
+        trace_program(e, model, layout, kind, tracer, &named).map_err(|err| {
+            *failure.borrow_mut() = Some(err);
+            GraphError::Backend("the trace failed in nitro-run (see the run error)".into())
+        })
+    });
+    match (result, failure.into_inner()) {
+        (_, Some(err)) => Err(err),
+        (Ok(p), None) => Ok(p),
+        (Err(source), None) => Err(RunError::Compile {
+            program: kind.name(),
+            source,
+        }),
+    }
+}
+
+fn group(
+    named: &BTreeMap<&str, &Tensor>,
+    prefix: &str,
+    items: &[(String, TensorSpec)],
+) -> Params<Tensor> {
+    items
+        .iter()
+        .map(|(n, _)| (n.clone(), named[format!("{prefix}.{n}").as_str()].clone()))
+        .collect()
+}
+
+fn micro_batch(named: &BTreeMap<&str, &Tensor>, i: usize) -> BTreeMap<String, Tensor> {
+    let prefix = format!("b{i}.");
+    named
+        .iter()
+        .filter_map(|(n, t)| Some((n.strip_prefix(&prefix)?.to_string(), (*t).clone())))
+        .collect()
+}
+
+fn trace_program<E: Experiment>(
+    e: &E,
+    model: &E::Model,
+    layout: &Layout,
+    kind: &Kind,
+    tracer: &Tracer,
+    named: &BTreeMap<&str, &Tensor>,
+) -> Result<Vec<(String, Tensor)>> {
+    let view = e.compile_view(|name| named[format!("d.{name}").as_str()].clone());
+    let ps = group(named, "p", &layout.params);
+    let st = group(named, "s", &layout.state);
+    match kind {
+        Kind::Predict { width } => {
+            let traced = apply::<E>(
+                &view,
+                model,
+                &ps,
+                &st,
+                &micro_batch(named, 0),
+                layout,
+                *width,
+                false,
+            )?;
+            Ok(prefixed("out", traced.outputs))
+        }
+        Kind::Eval { width } => {
+            let traced = apply::<E>(
+                &view,
+                model,
+                &ps,
+                &st,
+                &micro_batch(named, 0),
+                layout,
+                *width,
+                true,
+            )?;
+            let mut out = vec![(
+                "loss".to_string(),
+                traced.loss.expect("eval traces the loss"),
+            )];
+            out.extend(prefixed("out", traced.outputs));
+            Ok(out)
+        }
+        Kind::Train {
+            width,
+            accum,
+            optimizer,
+            clip,
+            outputs,
+        } => train_step::<E>(
+            &view, model, layout, tracer, named, ps, st, *width, *accum, optimizer, *clip, *outputs,
+        ),
+    }
+}
+
+fn prefixed(prefix: &str, items: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
+    items
+        .into_iter()
+        .map(|(n, t)| (format!("{prefix}.{n}"), t))
+        .collect()
+}
+
+/// Keeps `new` when the loss is finite, `old` otherwise: a non-finite step
+/// leaves every parameter, moment and state at its last finite value.
+fn keep_if(ok: &Tensor, new: &Tensor, old: &Tensor) -> Tensor {
+    ok.broadcast_to(new.shape()).select(new, old)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn train_step<E: Experiment>(
+    view: &E::View<Tensor>,
+    model: &E::Model,
+    layout: &Layout,
+    tracer: &Tracer,
+    named: &BTreeMap<&str, &Tensor>,
+    ps: Params<Tensor>,
+    st: Params<Tensor>,
+    width: usize,
+    accum: usize,
+    optimizer: &Optimizer,
+    clip: bool,
+    want_outputs: bool,
+) -> Result<Vec<(String, Tensor)>> {
+    let h = |name: &str| named[format!("h.{name}").as_str()].clone();
+    let micro_w = h("micro_w");
+    let mut state = st.clone();
+    let mut total: Option<Tensor> = None;
+    let mut out = vec![];
+    for i in 0..accum {
+        let traced = apply::<E>(
+            view,
+            model,
+            &ps,
+            &state,
+            &micro_batch(named, i),
+            layout,
+            width,
+            true,
+        )?;
+        let w = micro_w.narrow(0, i, i + 1).reshape(&[]);
+        let weighted = traced.loss.expect("train traces the loss") * &w;
+        total = Some(match total {
+            Some(t) => t + weighted,
+            None => weighted,
+        });
+        // A padding micro-batch of a short final window (weight 0) must not
+        // move the state either.
+        let real = w.gt(&w.scalar_like(0.0));
+        state = traced
+            .state
+            .iter()
+            .map(|(k, new)| (k.clone(), keep_if(&real, new, &state[k])))
+            .collect();
+        if want_outputs {
+            out.extend(prefixed(&format!("out{i}"), traced.outputs));
+        }
+    }
+    let loss = total.unwrap_or_else(|| tracer.scalar(0.0, layout.dtype));
+    let p_refs: Vec<&Tensor> = layout.params.iter().map(|(n, _)| &ps[n]).collect();
+    let mut grads = tracer
+        .grad(&loss, &p_refs)
+        .map_err(|source| RunError::Compile {
+            program: "train_step",
+            source,
+        })?;
+    if clip {
+        grads = clip_by_global_norm(&grads, &h("max_norm")).0;
+    }
+    let ok = loss.abs().lt(&loss.scalar_like(f64::INFINITY));
+    let mut updates = vec![];
+    match optimizer {
+        Optimizer::Sgd { nesterov, .. } => {
+            let (lr, momentum) = (h("lr"), h("momentum"));
+            for ((n, _), (p, g)) in layout.params.iter().zip(p_refs.iter().zip(&grads)) {
+                let buf = named[format!("o0.{n}").as_str()];
+                let (p_new, buf_new) = sgd(p, g, buf, &lr, &momentum, *nesterov);
+                updates.push((format!("new.p.{n}"), keep_if(&ok, &p_new, p)));
+                updates.push((format!("new.o0.{n}"), keep_if(&ok, &buf_new, buf)));
+            }
+        }
+        Optimizer::Adam { .. } => {
+            let hs = ["lr", "beta1", "beta2", "eps", "weight_decay", "step"].map(h);
+            let hyper = AdamHyper {
+                lr: &hs[0],
+                beta1: &hs[1],
+                beta2: &hs[2],
+                eps: &hs[3],
+                weight_decay: &hs[4],
+                step: &hs[5],
+            };
+            for ((n, _), (p, g)) in layout.params.iter().zip(p_refs.iter().zip(&grads)) {
+                let (m, v) = (
+                    named[format!("o0.{n}").as_str()],
+                    named[format!("o1.{n}").as_str()],
+                );
+                let (p_new, m_new, v_new) = adam(p, g, m, v, &hyper);
+                updates.push((format!("new.p.{n}"), keep_if(&ok, &p_new, p)));
+                updates.push((format!("new.o0.{n}"), keep_if(&ok, &m_new, m)));
+                updates.push((format!("new.o1.{n}"), keep_if(&ok, &v_new, v)));
+            }
+        }
+    }
+    for (k, new) in &state {
+        updates.push((format!("new.s.{k}"), keep_if(&ok, new, &st[k])));
+    }
+    let mut result = vec![("loss".to_string(), loss)];
+    result.extend(out);
+    result.extend(updates);
+    Ok(result)
+}

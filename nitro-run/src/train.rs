@@ -1,0 +1,260 @@
+//! `train()`: the loop around the one fused train step. Per update it
+//! gathers `accum` micro-batches (only routed fields), feeds the scheduled
+//! hyperparameters as scalar inputs, runs the step (params, state and
+//! optimizer slots updated in place), checks the loss, and checkpoints on
+//! the policy's cadence; per epoch it validates and asks the stopper.
+//!
+//! Accumulation: a window is `accum` micro-batches and one update. The
+//! final window of an epoch may be partial; its loss is the mean over its
+//! *real* micro-batches (weights `1/real`, 0 for the filler, which also
+//! leaves the state untouched), so the update is normalised by its real
+//! size. The short final training batch is dropped (nitro-data's `Drop`
+//! policy): one program, never a silent second one.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use nitro_data::{Dataset, EpochOrder};
+use nitro_graph::{Array, DType};
+use nitro_markers::{DeviceData, DeviceValue};
+
+use crate::convert::to_array;
+use crate::error::{Result, RunError};
+use crate::experiment::Experiment;
+use crate::handle::{outputs_of, Nitro};
+use crate::interrupt;
+use crate::metric::Totals;
+use crate::programs::Kind;
+use crate::progress::Display;
+
+/// Where a run is: updates done, and the next batch to take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Updates done.
+    pub step: u64,
+    /// Current epoch (0-based).
+    pub epoch: u64,
+    /// Next batch position within the epoch.
+    pub batch: usize,
+}
+
+/// What `train()` did.
+#[derive(Debug, Clone, Default)]
+pub struct TrainReport {
+    /// Updates done in total (including before a resume).
+    pub steps: u64,
+    /// Epochs completed.
+    pub epochs: u64,
+    /// Stopped by Ctrl-C / `request_stop` / `stop_after` (a checkpoint was written).
+    pub interrupted: bool,
+    /// Stopped by the early stopper.
+    pub early_stopped: bool,
+    /// The last epoch's metrics.
+    pub metrics: BTreeMap<String, f64>,
+    /// Time spent inside the compiled train step.
+    pub program_time: Duration,
+    /// Wall time of the whole call.
+    pub wall_time: Duration,
+}
+
+fn scalar(v: f64, dtype: DType) -> Array {
+    Array::scalar_f32(v as f32).cast(dtype)
+}
+
+impl<E: Experiment> Nitro<E> {
+    /// Stops training (checkpoint, return) once `step` updates are done, as
+    /// Ctrl-C would; for scripted interruption and resume tests.
+    pub fn stop_after(&mut self, step: u64) {
+        self.stop_after = Some(step);
+    }
+
+    fn train_kind(&self) -> Kind {
+        Kind::Train {
+            width: self.run.batch_size,
+            accum: self.run.accum,
+            optimizer: self.run.optimizer,
+            clip: self.run.clip.is_some(),
+            outputs: !self.train_metrics.is_empty(),
+        }
+    }
+
+    /// The hyperparameter inputs of update `step` (0-based): optimizer
+    /// values with `lr` from its schedule, the clip norm, the micro weights.
+    fn hyper_inputs(&mut self, step: u64, window: usize) -> Result<Vec<Array>> {
+        let dtype = self.layout.dtype;
+        let total = self.run.total;
+        let mut lr = self.run.optimizer.lr();
+        for (target, schedule) in &self.scheduled {
+            let v = schedule.value(step, total);
+            if target == "lr" {
+                lr = v;
+            } else if let Some(i) = self.layout.device.iter().position(|(n, _)| n == target) {
+                self.device[i] = Array::scalar_f32(v as f32);
+                let value = DeviceValue {
+                    shape: vec![],
+                    data: DeviceData::F32(vec![v as f32]),
+                };
+                self.e.set_device_value(self.layout.device[i].0, &value)?;
+            }
+        }
+        let mut out: Vec<Array> = self
+            .run
+            .optimizer
+            .hyper_values(lr, step + 1)
+            .into_iter()
+            .map(|(_, v)| scalar(v, dtype))
+            .collect();
+        if let Some(c) = self.run.clip {
+            out.push(scalar(c, dtype));
+        }
+        let accum = self.run.accum;
+        let w: Vec<f32> = (0..accum)
+            .map(|i| if i < window { 1.0 / window as f32 } else { 0.0 })
+            .collect();
+        out.push(
+            Array::new(&[accum], w)
+                .expect("accum weights match their shape")
+                .cast(dtype),
+        );
+        Ok(out)
+    }
+
+    /// Trains from the current position to `max_epochs` (or an early stop,
+    /// an interrupt, or a non-finite loss, which is an error naming the step
+    /// and epoch and leaves the params at the last finite update).
+    pub fn train(&mut self) -> Result<TrainReport> {
+        self.report(true);
+        interrupt::install();
+        let started = Instant::now();
+        let compiled = self.program(&self.train_kind())?;
+        let data = self.data.clone();
+        let train = &data.train;
+        let width = self.run.batch_size;
+        let order = EpochOrder::new(train.len(), width, self.run.seed)?;
+        let batches = order.batches_per_epoch();
+        let names: Vec<String> = self.layout.fields.iter().map(|(n, _)| n.clone()).collect();
+        let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut store = self.open_store()?;
+        let display = Display::new(&self.run.logger, self.run.total, self.position.step);
+        let every = self.run.checkpointer.every_steps;
+        let mut report = TrainReport::default();
+        let mut last_saved = None;
+        'epochs: while self.position.epoch < self.run.max_epochs {
+            let epoch = self.position.epoch;
+            let perm = order.permutation(epoch);
+            let mut totals = Totals::default();
+            while self.position.batch < batches {
+                let window = (batches - self.position.batch).min(self.run.accum);
+                let mut micro = Vec::with_capacity(self.run.accum);
+                let mut arrays = Vec::new();
+                for i in 0..self.run.accum {
+                    let slot = order
+                        .slot_in(&perm, self.position.batch + i.min(window - 1))
+                        .expect("positions below batches_per_epoch have a slot");
+                    let batch = train.gather(&slot.indices, &name_refs)?;
+                    for f in &names {
+                        arrays.push(to_array(f, batch.require(f)?)?);
+                    }
+                    micro.push(batch);
+                }
+                let hyper = self.hyper_inputs(self.position.step, window)?;
+                let t0 = Instant::now();
+                let out = self.run_program(&compiled, true, hyper, arrays)?;
+                report.program_time += t0.elapsed();
+                let loss = out[0].item().unwrap_or(f64::NAN);
+                if !loss.is_finite() {
+                    display.finish();
+                    return Err(RunError::NonFiniteLoss {
+                        loss,
+                        step: self.position.step + 1,
+                        epoch,
+                        last_good: self.position.step,
+                    });
+                }
+                if !self.train_metrics.is_empty() {
+                    let outputs = outputs_of(&compiled, out, "", width);
+                    for (i, batch) in micro.iter().enumerate().take(window) {
+                        let prefix = format!("out{i}.");
+                        let mine = outputs
+                            .iter()
+                            .filter_map(|(k, v)| {
+                                Some((k.strip_prefix(&prefix)?.to_string(), v.clone()))
+                            })
+                            .collect();
+                        for m in &self.train_metrics {
+                            let (s, c) = m.compute(&mine, batch);
+                            totals.add(&m.name, s, c);
+                        }
+                    }
+                }
+                totals.add("loss", loss, 1.0);
+                self.position.step += 1;
+                self.position.batch += window;
+                display.step(self.position.step, epoch, loss);
+                let stop_now =
+                    interrupt::take_request() || self.stop_after == Some(self.position.step);
+                if stop_now || (every > 0 && self.position.step % every == 0) {
+                    let path = self.save_checkpoint(&mut store, &BTreeMap::new())?;
+                    last_saved = Some(self.position.step);
+                    if stop_now {
+                        display.line(&format!(
+                            "nitro: stopped at step {} (epoch {}); checkpoint {}",
+                            self.position.step,
+                            epoch + 1,
+                            path.display()
+                        ));
+                        report.interrupted = true;
+                        break 'epochs;
+                    }
+                }
+            }
+            let mut metrics = totals.finish("");
+            for (k, v) in totals.finish("train_") {
+                if k != "train_loss" {
+                    metrics.insert(k, v);
+                }
+            }
+            if let Some(val) = &data.val {
+                for (k, v) in self.evaluate_set(val)? {
+                    metrics.insert(format!("val_{k}"), v);
+                }
+            }
+            let line = metrics
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.4}"))
+                .collect::<Vec<_>>()
+                .join("  ");
+            display.line(&format!(
+                "epoch {}/{}  {line}",
+                epoch + 1,
+                self.run.max_epochs
+            ));
+            self.history.push((epoch, metrics.clone()));
+            self.position.epoch += 1;
+            self.position.batch = 0;
+            report.epochs += 1;
+            report.metrics = metrics.clone();
+            let stop = self
+                .stopper
+                .as_mut()
+                .is_some_and(|s| s.should_stop(epoch, &metrics));
+            let last = stop || self.position.epoch >= self.run.max_epochs;
+            if self.run.checkpointer.every_epoch || last {
+                self.save_checkpoint(&mut store, &metrics)?;
+                last_saved = Some(self.position.step);
+            }
+            if stop {
+                display.line(&format!("nitro: early stop after epoch {}", epoch + 1));
+                report.early_stopped = true;
+                break;
+            }
+        }
+        if last_saved != Some(self.position.step) && self.position.step > 0 {
+            self.save_checkpoint(&mut store, &BTreeMap::new())?;
+        }
+        display.finish();
+        report.steps = self.position.step;
+        report.wall_time = started.elapsed();
+        Ok(report)
+    }
+}
