@@ -214,7 +214,11 @@ fn storage_bits(value: f64, d: DType) -> String {
     let bytes = HostBuffer::F64(vec![value]).cast(d).to_le_bytes();
     let mut word = [0u8; 8];
     word[..bytes.len()].copy_from_slice(&bytes);
-    format!("(({})0x{:x}ULL)", bits_type(bytes.len()), u64::from_le_bytes(word))
+    format!(
+        "(({})0x{:x}ULL)",
+        bits_type(bytes.len()),
+        u64::from_le_bytes(word)
+    )
 }
 
 /// Convert a loaded storage element to its register.
@@ -281,7 +285,9 @@ fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         (UnaryOp::Neg, true) => format!("-{a}"),
         (UnaryOp::Neg, false) => format!("({ty})(0ULL - (unsigned long long){a})"),
         (UnaryOp::Abs, true) => f("fabsf", "fabs"),
-        (UnaryOp::Abs, false) => format!("({a} < 0 ? ({ty})(0ULL - (unsigned long long){a}) : {a})"),
+        (UnaryOp::Abs, false) => {
+            format!("({a} < 0 ? ({ty})(0ULL - (unsigned long long){a}) : {a})")
+        }
         (UnaryOp::Sign, true) => format!("({a} > 0 ? ({ty})1 : ({a} < 0 ? ({ty})-1 : ({ty})0))"),
         (UnaryOp::Sign, false) => format!("({ty})(({a} > 0) - ({a} < 0))"),
         (UnaryOp::Exp, _) => f("expf", "exp"),
@@ -492,7 +498,11 @@ fn fused(graph: &Graph, group: &FusedGroup, name: &str) -> (String, Vec<Arg>) {
             other => unreachable!("{} is not elementwise", other.name()),
         };
         let r = fresh();
-        let _ = writeln!(body, "      const {ty} {r} = {expr}; // %{m} {}", node.op.name());
+        let _ = writeln!(
+            body,
+            "      const {ty} {r} = {expr}; // %{m} {}",
+            node.op.name()
+        );
         reg_of.insert(m, r);
     }
     let mut params: Vec<String> = inputs
@@ -504,7 +514,11 @@ fn fused(graph: &Graph, group: &FusedGroup, name: &str) -> (String, Vec<Arg>) {
     for (j, &s) in group.stores.iter().enumerate() {
         let d = graph.nodes[s].spec.dtype;
         params.push(format!("{}* out{j}", storage_type(d)));
-        let _ = writeln!(stores, "      out{j}[i] = {}; // %{s}", store_expr(d, &reg_of[&s]));
+        let _ = writeln!(
+            stores,
+            "      out{j}[i] = {}; // %{s}",
+            store_expr(d, &reg_of[&s])
+        );
     }
     let mut code = String::new();
     let _ = writeln!(
@@ -514,7 +528,11 @@ fn fused(graph: &Graph, group: &FusedGroup, name: &str) -> (String, Vec<Arg>) {
         group.numel,
         group.stores
     );
-    let _ = writeln!(code, "extern \"C\" __global__ void {name}({}) {{", params.join(", "));
+    let _ = writeln!(
+        code,
+        "extern \"C\" __global__ void {name}({}) {{",
+        params.join(", ")
+    );
     let _ = writeln!(code, "  const long long n = {}LL;", group.numel);
     let _ = writeln!(code, "  {GRID_STRIDE} {{");
     code += &loads;
@@ -561,7 +579,13 @@ fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
         Op::Permute { perm } => {
             let base = strides_of(arg_shape(0));
             let strides: Vec<usize> = perm.iter().map(|&p| base[p]).collect();
-            out.add(name.clone(), gather(&strides, 0), Grid::PerElement(numel), io_args, k);
+            out.add(
+                name.clone(),
+                gather(&strides, 0),
+                Grid::PerElement(numel),
+                io_args,
+                k,
+            );
         }
         Op::Broadcast { .. } => {
             let src = arg_shape(0);
@@ -569,7 +593,13 @@ fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
             let strides: Vec<usize> = (0..src.len())
                 .map(|i| if src[i] == 1 { 0 } else { base[i] })
                 .collect();
-            out.add(name.clone(), gather(&strides, 0), Grid::PerElement(numel), io_args, k);
+            out.add(
+                name.clone(),
+                gather(&strides, 0),
+                Grid::PerElement(numel),
+                io_args,
+                k,
+            );
         }
         Op::Slice { start, stride, .. } => {
             let base = strides_of(arg_shape(0));
@@ -672,7 +702,11 @@ fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
                 name.clone(),
                 per_element(&name, &params, numel, &body),
                 Grid::PerElement(numel),
-                vec![Arg::Node(node.args[0]), Arg::Node(node.args[1]), Arg::Node(n)],
+                vec![
+                    Arg::Node(node.args[0]),
+                    Arg::Node(node.args[1]),
+                    Arg::Node(n),
+                ],
                 k,
             );
         }
@@ -711,7 +745,11 @@ fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
                 name.clone(),
                 per_element(&name, &params, upd_n, &body),
                 Grid::PerElement(upd_n),
-                vec![Arg::Node(node.args[0]), Arg::Node(node.args[1]), Arg::Node(n)],
+                vec![
+                    Arg::Node(node.args[0]),
+                    Arg::Node(node.args[1]),
+                    Arg::Node(n),
+                ],
                 k,
             );
         }

@@ -204,7 +204,11 @@ impl CudaExecutable {
                     let a = &graph.nodes[nd.args[0]].spec.shape;
                     let b = &graph.nodes[nd.args[1]].spec.shape;
                     let r = a.len();
-                    let (m, k) = if ta { (a[r - 1], a[r - 2]) } else { (a[r - 2], a[r - 1]) };
+                    let (m, k) = if ta {
+                        (a[r - 1], a[r - 2])
+                    } else {
+                        (a[r - 2], a[r - 1])
+                    };
                     let n = if tb { b[r - 2] } else { b[r - 1] };
                     let shape = GemmShape {
                         batch: a[..r - 2].iter().product(),

@@ -61,7 +61,11 @@ impl std::fmt::Debug for CudaProgram {
             "CudaProgram({}, {} kernels, {})",
             self.program.name(),
             self.source.kernels.len(),
-            if self.exe.is_some() { "loaded" } else { "source only" }
+            if self.exe.is_some() {
+                "loaded"
+            } else {
+                "source only"
+            }
         )
     }
 }
@@ -94,7 +98,11 @@ impl CudaProgram {
 
     /// Compile `graph` for `device` (a `Device::Cuda`): generate, compile
     /// every kernel with NVRTC and load it.
-    pub fn compile_graph(graph: Graph, options: CompileOptions, device: Device) -> Result<CudaProgram> {
+    pub fn compile_graph(
+        graph: Graph,
+        options: CompileOptions,
+        device: Device,
+    ) -> Result<CudaProgram> {
         let Device::Cuda(ordinal) = device else {
             return Err(GraphError::Backend(format!(
                 "CudaProgram runs on a CUDA device, not {device}; use nitro_graph::compile for the CPU"
@@ -157,7 +165,10 @@ impl CudaProgram {
             s += &match step {
                 Step::Launch { kernel, grid, .. } => format!("  s{i}: launch {kernel} {grid:?}\n"),
                 Step::Gemm { node, .. } => {
-                    format!("  s{i}: cublas gemm -> %{node}: {}\n", graph.nodes[*node].spec)
+                    format!(
+                        "  s{i}: cublas gemm -> %{node}: {}\n",
+                        graph.nodes[*node].spec
+                    )
                 }
             };
         }
@@ -226,7 +237,10 @@ impl CudaProgram {
             .filter(|(i, _)| !donated.contains(i))
             .zip(outs)
             .map(|((_, &(_, node)), buf)| {
-                Array::new(&graph.nodes[node].spec.shape, buf.download().map_err(backend)?)
+                Array::new(
+                    &graph.nodes[node].spec.shape,
+                    buf.download().map_err(backend)?,
+                )
             })
             .collect()
     }
