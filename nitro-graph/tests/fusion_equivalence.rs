@@ -72,7 +72,7 @@ fn build(
                 _ => y.sum_all(),
             }
         };
-        let next = match op % 12 {
+        let next = match op % 17 {
             0 => x.tanh(),
             1 => x.sin() * 0.5,
             2 => &x + &fit(&y, &x),
@@ -108,7 +108,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
-    fn compiled_equals_node_by_node(script in prop::collection::vec((0u8..12, 0usize..16, 0usize..16), 1..24), seed in 0u64..1000) {
+    fn compiled_equals_node_by_node(script in prop::collection::vec((0u8..17, 0usize..16, 0usize..16), 1..24), seed in 0u64..1000) {
         let specs = [
             ("a", TensorSpec::new(DType::F64, &[3, 4])),
             ("b", TensorSpec::new(DType::F64, &[4])),
