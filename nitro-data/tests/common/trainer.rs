@@ -3,7 +3,7 @@
 //! ReLU MLP with softmax cross-entropy.
 #![allow(dead_code)]
 
-use ndarray::{s, Array1, Array2, Axis};
+use ndarray::{Array1, Array2, Axis};
 use nitro_data::{Dataset, InMemory};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -165,6 +165,5 @@ pub fn train(
             model.step(&xb, &yb, &ones, lr * decay, 0.9);
         }
     }
-    let _ = s![..];
     model
 }
