@@ -38,6 +38,16 @@ fn array(e: &TensorEntry, spec: &TensorSpec) -> Result<Array> {
         .cast(spec.dtype))
 }
 
+/// An optimizer slot tree: its name, the param specs, its range in `opt`.
+type SlotTree = (String, Vec<(String, TensorSpec)>, std::ops::Range<usize>);
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::Text(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 impl<E: Experiment> Nitro<E> {
     /// A content hash of what makes checkpoints interchangeable: the
     /// experiment type, every GraphConst value and every tensor signature.
@@ -53,7 +63,7 @@ impl<E: Experiment> Nitro<E> {
         h.finalize().to_hex().to_string()
     }
 
-    fn slot_trees(&self) -> Vec<(String, Vec<(String, TensorSpec)>, std::ops::Range<usize>)> {
+    fn slot_trees(&self) -> Vec<SlotTree> {
         let np = self.layout.params.len();
         (0..self.run.optimizer.slots())
             .map(|k| {
@@ -193,10 +203,10 @@ impl<E: Experiment> Nitro<E> {
             .config
             .iter()
             .filter(|c| c.category == format!("{:?}", Category::GraphConst))
-            .map(|c| (c.name.as_str(), c.value.to_string()))
+            .map(|c| (c.name.as_str(), text(&c.value)))
             .collect();
         for (name, value) in self.e.graph_const_values() {
-            let now = Value::Text(value.to_string()).to_string();
+            let now = value.to_string();
             match saved.get(name) {
                 Some(old) if *old == now => {}
                 Some(old) => differences.push(format!("GraphConst `{name}` {old} -> {now}")),

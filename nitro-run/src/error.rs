@@ -19,20 +19,20 @@ pub enum RunError {
     },
     /// The experiment's declaration is inconsistent (presets, field lists).
     #[error("experiment declaration: {0}")]
-    Config(#[from] nitro_markers::ConfigError),
+    Config(Box<nitro_markers::ConfigError>),
     /// A hook declares a batch field the data does not have.
     #[error("routing: {0}")]
-    Routing(#[from] nitro_data::RoutingError),
+    Routing(Box<nitro_data::RoutingError>),
     /// Host data could not be batched, padded or sliced.
     #[error("data: {0}")]
-    Data(#[from] nitro_data::DataError),
+    Data(Box<nitro_data::DataError>),
     /// Tracing or compiling a program failed.
     #[error("compiling `{program}`: {source}")]
     Compile {
         /// `train_step`, `eval_step` or `predict`.
         program: &'static str,
         /// The compiler's error.
-        source: nitro_graph::GraphError,
+        source: Box<nitro_graph::GraphError>,
     },
     /// Running a compiled program failed.
     #[error("running `{program}`: {source}")]
@@ -40,14 +40,14 @@ pub enum RunError {
         /// The program's name.
         program: &'static str,
         /// The runtime's error.
-        source: nitro_graph::GraphError,
+        source: Box<nitro_graph::GraphError>,
     },
     /// A compile key could not be built.
     #[error("compile key: {0}")]
-    Key(#[from] nitro_cache::KeyError),
+    Key(Box<nitro_cache::KeyError>),
     /// A checkpoint could not be written or read.
     #[error("checkpoint: {0}")]
-    Checkpoint(#[from] nitro_ckpt::Error),
+    Checkpoint(Box<nitro_ckpt::Error>),
     /// `set_device` on a field that is not a Device field, or that a
     /// schedule owns, or with a value that would change the compile key.
     #[error("set_device(\"{field}\"): {reason}; {fix}")]
@@ -151,6 +151,24 @@ pub enum RunError {
         reason: String,
     },
 }
+
+macro_rules! boxed_from {
+    ($($variant:ident: $t:ty),*) => {$(
+        impl From<$t> for RunError {
+            fn from(e: $t) -> Self {
+                RunError::$variant(Box::new(e))
+            }
+        }
+    )*};
+}
+
+boxed_from!(
+    Config: nitro_markers::ConfigError,
+    Routing: nitro_data::RoutingError,
+    Data: nitro_data::DataError,
+    Key: nitro_cache::KeyError,
+    Checkpoint: nitro_ckpt::Error
+);
 
 /// `Result` with [`RunError`].
 pub type Result<T, E = RunError> = std::result::Result<T, E>;

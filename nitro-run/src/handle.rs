@@ -441,7 +441,7 @@ impl<E: Experiment> Nitro<E> {
         self.device.extend(rest.by_ref().take(nd));
         result.map_err(|source| RunError::Exec {
             program: compiled.program.name().to_string().leak(),
-            source,
+            source: Box::new(source),
         })
     }
 

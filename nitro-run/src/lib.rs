@@ -16,7 +16,7 @@
 //! use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 //! use nitro_graph::nn::loss::softmax_cross_entropy;
 //! use nitro_graph::Tensor;
-//! use nitro_markers::{Experiment, Fields, GraphConst};
+//! use nitro_markers::{Experiment, ExperimentFields, Fields, GraphConst};
 //! use nitro_run::{HookError, ModelParts, Nitro};
 //!
 //! #[derive(Experiment)]
@@ -55,7 +55,7 @@
 //!     }
 //! }
 //!
-//! let mut n = Nitro::new(Mlp::defaults_for_run())?;
+//! let mut n = Nitro::new(Mlp::defaults())?;
 //! n.train()?;
 //! println!("{:?}", n.evaluate("test")?);
 //! # Ok::<(), nitro_run::RunError>(())

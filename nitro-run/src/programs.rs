@@ -343,7 +343,7 @@ fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -
         (Ok(p), None) => Ok(p),
         (Err(source), None) => Err(RunError::Compile {
             program: kind.name(),
-            source,
+            source: Box::new(source),
         }),
     }
 }
@@ -490,7 +490,7 @@ fn train_step<E: Experiment>(
         .grad(&loss, &p_refs)
         .map_err(|source| RunError::Compile {
             program: "train_step",
-            source,
+            source: Box::new(source),
         })?;
     if clip {
         grads = clip_by_global_norm(&grads, &h("max_norm")).0;
