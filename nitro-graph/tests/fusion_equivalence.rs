@@ -92,16 +92,49 @@ fn build(
             11 => (x.clone() + tr.scalar(1.5, DType::F64))
                 .cast(DType::F32)
                 .cast(DType::F64),
+            12 if x.rank() == 2 => x
+                .t()
+                .reshape(&[12])
+                .narrow(0, 4, 12)
+                .reshape(&[2, 4])
+                .sum(&[0]),
+            13 if x.rank() == 2 => x
+                .pad(&[1, 0], &[0, 1], 0.5)
+                .narrow(0, 0, 3)
+                .narrow(1, 1, 5)
+                .slice(&[0, 0], &[3, 4], &[1, 1]),
+            14 if x.rank() == 2 => Tensor::concat(&[x.clone(), x.tanh()], 0)
+                .expect("two parts")
+                .narrow(0, 2, 5)
+                .sum(&[0]),
+            15 if x.rank() == 2 => x.take(&tr.literal(&[2.0, 0.0, 2.0], &[3], DType::I32)),
+            16 if x.shape() == [4] => x.reshape(&[1, 4]).broadcast_to(&[3, 4]) * 0.5,
             _ => x.neg(),
         };
         pool.push(next);
     }
     let n = pool.len();
-    pool[n.saturating_sub(4)..]
+    let mut outputs: Vec<(String, Tensor)> = pool[n.saturating_sub(4)..]
         .iter()
         .enumerate()
         .map(|(k, t)| (format!("out{k}"), t.clone()))
-        .collect()
+        .collect();
+    // Gradients too: the backward graph goes through the same scheduler.
+    let loss = outputs
+        .iter()
+        .map(|(_, t)| t.sum_all())
+        .reduce(|a, b| a + b)
+        .expect("an output");
+    let grads = tr
+        .grad(&loss, &[&t[0], &t[1], &t[2]])
+        .expect("differentiable");
+    outputs.extend(
+        grads
+            .into_iter()
+            .enumerate()
+            .map(|(k, g)| (format!("grad{k}"), g)),
+    );
+    outputs
 }
 
 proptest! {

@@ -56,7 +56,10 @@ pub fn conv2d(
             windows.push(win.reshape(&[n, c, 1, oh, ow]));
         }
     }
-    let patches = Tensor::concat(&windows, 2) // [n, c, kh*kw, oh, ow]
+    let Ok(stacked) = Tensor::concat(&windows, 2) else {
+        return x.clone();
+    }; // [n, c, kh*kw, oh, ow]
+    let patches = stacked
         .permute(&[0, 3, 4, 1, 2])
         .reshape(&[n * oh * ow, c * kh * kw]);
     let kernel = weight.reshape(&[o, c * kh * kw]);

@@ -1,6 +1,7 @@
 //! Losses: softmax cross-entropy on integer labels and mean squared error.
 
 use super::ops::{log_softmax, mean_all, one_hot};
+use crate::error::GraphError;
 use crate::trace::Tensor;
 
 /// Mean softmax cross-entropy of `logits [n, classes]` against integer
@@ -17,6 +18,15 @@ pub fn softmax_cross_entropy_per_sample(
     labels: &Tensor,
     smoothing: f64,
 ) -> Tensor {
+    if logits.rank() == 0 {
+        logits.tracer().fail(GraphError::shape(
+            "softmax_cross_entropy",
+            "logits need a class axis",
+            &[logits.shape(), labels.shape()],
+            "pass logits of shape [n, classes]",
+        ));
+        return logits.clone();
+    }
     let classes = logits.shape().last().copied().unwrap_or(1);
     let logp = log_softmax(logits, logits.rank().saturating_sub(1));
     let target = one_hot(labels, classes, logits.dtype());

@@ -1,5 +1,6 @@
 //! Activations, reductions and indexing helpers built from primitives.
 
+use crate::error::GraphError;
 use crate::trace::Tensor;
 use nitro_device::DType;
 
@@ -78,6 +79,15 @@ pub fn softmax(x: &Tensor, axis: usize) -> Tensor {
 
 /// Index of the largest element along the last axis (first on ties), as i32.
 pub fn argmax(x: &Tensor) -> Tensor {
+    if x.rank() == 0 {
+        x.tracer().fail(GraphError::shape(
+            "argmax",
+            "needs rank >= 1",
+            &[x.shape()],
+            "reshape the scalar to [1]",
+        ));
+        return x.cast(DType::I32);
+    }
     let axis = x.rank() - 1;
     let n = x.shape()[axis];
     let kd = kept(x, axis);

@@ -46,6 +46,14 @@ impl AdamStep {
     /// integer labels `[batch]`, with learning rate `lr` (betas 0.9/0.999,
     /// eps 1e-8, no weight decay; see [`AdamStep::set_hyper`]).
     pub fn new(model: &dyn Layer, params: Params<Array>, x: &[usize], lr: f32) -> Result<AdamStep> {
+        if x.is_empty() {
+            return Err(crate::GraphError::shape(
+                "AdamStep",
+                "inputs need a batch axis",
+                &[x],
+                "pass [batch, ...]",
+            ));
+        }
         let names: Vec<String> = params.keys().cloned().collect();
         let np = names.len();
         let mut specs: Vec<(String, TensorSpec)> = vec![];

@@ -24,7 +24,7 @@ fn round_to(d: DType, v: f64) -> f64 {
     }
 }
 
-fn eval(op: &Op, a: &[f64], dtype_in: DType, numel_in: usize) -> Option<f64> {
+fn eval(op: &Op, a: &[f64], dtype_in: DType, per_output: usize) -> Option<f64> {
     let int = !dtype_in.is_float();
     Some(match op {
         Op::Unary(u) => {
@@ -82,7 +82,8 @@ fn eval(op: &Op, a: &[f64], dtype_in: DType, numel_in: usize) -> Option<f64> {
             }
         }
         Op::Cast { .. } | Op::Reshape { .. } | Op::Broadcast { .. } | Op::ReduceMax { .. } => a[0],
-        Op::ReduceSum { .. } => a[0] * (numel_in as f64),
+        // A sum of a constant is the constant times the elements per output.
+        Op::ReduceSum { .. } => a[0] * (per_output as f64),
         _ => return None,
     })
 }
@@ -123,7 +124,8 @@ impl Pass for ConstantFold {
             {
                 return Decision::Keep;
             }
-            match eval(&node.op, &values, dtype_in, first.numel()) {
+            let reduced = first.numel() / node.spec.numel().max(1);
+            match eval(&node.op, &values, dtype_in, reduced) {
                 Some(v) => Decision::Replace(Node {
                     op: Op::Fill {
                         value: round_to(node.spec.dtype, v),

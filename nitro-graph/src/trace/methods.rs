@@ -304,13 +304,15 @@ impl Tensor {
         self.tracer.record(op, &[self], self.dtype())
     }
 
-    /// Join `parts` along `axis`.
-    pub fn concat(parts: &[Tensor], axis: usize) -> Tensor {
+    /// Join `parts` along `axis`; an error when `parts` is empty.
+    pub fn concat(parts: &[Tensor], axis: usize) -> Result<Tensor, GraphError> {
         let refs: Vec<&Tensor> = parts.iter().collect();
-        let first = refs[0];
-        first
+        let first = refs.first().ok_or_else(|| {
+            GraphError::shape("concat", "nothing to join", &[], "pass at least one tensor")
+        })?;
+        Ok(first
             .tracer
-            .record(Op::Concat { axis }, &refs, first.dtype())
+            .record(Op::Concat { axis }, &refs, first.dtype()))
     }
 
     /// Rows `idx` of this table (idx: rank-1 integers).

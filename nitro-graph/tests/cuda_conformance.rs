@@ -1,0 +1,239 @@
+//! Conformance: one test body per op and per program, instantiated for the
+//! CPU and for CUDA. Each body runs its program on the device under test and
+//! on the CPU backend, and compares within the stated tolerance (the CPU
+//! instantiation checks the harness itself; on CUDA, reductions and
+//! matmuls sum in another order, and `expf`/`tanhf` are within 2 ulp).
+//! Without a driver, every CUDA instantiation prints one
+//! "skipped: no CUDA driver" line and passes.
+#![cfg(feature = "cuda")]
+
+mod cuda_shared;
+
+use nitro_graph::backend::cuda::CudaProgram;
+use nitro_graph::nn::init::InitRng;
+use nitro_graph::{
+    compile_graph, trace, Array, CompileOptions, DType, Device, Graph, Result, Tensor, TensorSpec,
+    Tracer,
+};
+
+/// Run `graph` on `device` and on the CPU; compare every output and every
+/// donated input afterwards, `steps` times over the same argument list.
+fn conform(
+    test: &str,
+    device: Device,
+    build: impl Fn() -> Result<(Graph, CompileOptions)>,
+    args: Vec<Array>,
+    steps: usize,
+    tol: f64,
+) {
+    let (graph, options) = build().unwrap();
+    let cpu = compile_graph(graph, options).unwrap();
+    let (graph, options) = build().unwrap();
+    let run_dev: Box<dyn Fn(&mut [Array]) -> Vec<Array>> = match device {
+        Device::Cpu => {
+            let p = compile_graph(graph, options).unwrap();
+            Box::new(move |a| p.run(a).unwrap())
+        }
+        Device::Cuda(_) => match CudaProgram::compile_graph(graph, options, device) {
+            Ok(p) => Box::new(move |a| p.run(a).unwrap()),
+            Err(e)
+                if e.to_string().contains("no CUDA driver")
+                    || e.to_string().contains("built without CUDA") =>
+            {
+                println!("{test}: skipped: no CUDA driver");
+                return;
+            }
+            Err(e) => panic!("{test}: {e}"),
+        },
+    };
+    let (mut a_cpu, mut a_dev) = (args.clone(), args);
+    for step in 0..steps {
+        let want = cpu.run(&mut a_cpu).unwrap();
+        let got = run_dev(&mut a_dev);
+        assert_eq!(got.len(), want.len());
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.spec(), w.spec(), "{test} output {k}");
+            compare(
+                &format!(
+                    "{test} step {step} output {k} ({})",
+                    cpu.returned_names()[k]
+                ),
+                g,
+                w,
+                tol,
+            );
+        }
+        for (k, (g, w)) in a_dev.iter().zip(&a_cpu).enumerate() {
+            compare(
+                &format!("{test} step {step} input {k} after the call"),
+                g,
+                w,
+                tol,
+            );
+        }
+    }
+}
+
+fn compare(what: &str, got: &Array, want: &Array, tol: f64) {
+    for (i, (g, w)) in got.to_f64_vec().iter().zip(want.to_f64_vec()).enumerate() {
+        let same = (g.is_nan() && w.is_nan()) || g == &w || (g - w).abs() <= tol * (1.0 + w.abs());
+        assert!(same, "{what} [{i}]: {g} vs {w} (tolerance {tol})");
+    }
+}
+
+fn data(shape: &[usize], seed: u64, dtype: DType) -> Array {
+    let mut rng = InitRng::new(seed);
+    let n: usize = shape.iter().product();
+    let v: Vec<f64> = (0..n).map(|_| rng.uniform() * 4.0 - 2.0).collect();
+    Array::new(shape, v).unwrap().cast(dtype)
+}
+
+type Body = fn(&Tracer, &[Tensor]) -> Tensor;
+
+/// A one-output program over f32/f64 inputs of `shapes`.
+fn op_case(test: &str, device: Device, dtype: DType, shapes: &[&[usize]], body: Body, tol: f64) {
+    let specs: Vec<(String, TensorSpec)> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("x{i}"), TensorSpec::new(dtype, s)))
+        .collect();
+    let build = || {
+        let named: Vec<(&str, TensorSpec)> =
+            specs.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
+        let g = trace(&named, |tr, t| Ok(vec![("y".to_string(), body(tr, t))]))?;
+        Ok((g, CompileOptions::named(test)))
+    };
+    let args = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| data(s, i as u64 + 1, dtype))
+        .collect();
+    conform(test, device, build, args, 1, tol);
+}
+
+/// One test per (case, device).
+macro_rules! conformance {
+    ($($name:ident => $body:expr;)*) => {
+        mod cpu {
+            use super::*;
+            $(#[test] fn $name() { ($body)(concat!("cpu::", stringify!($name)), Device::Cpu) })*
+        }
+        mod cuda {
+            use super::*;
+            $(#[test] fn $name() { ($body)(concat!("cuda::", stringify!($name)), Device::Cuda(0)) })*
+        }
+    };
+}
+
+conformance! {
+    unary_ops => |t, d| {
+        let ops: [Body; 12] = [
+            |_, x| -x[0].clone(),
+            |_, x| x[0].exp(),
+            |_, x| x[0].abs().log(),
+            |_, x| x[0].abs().sqrt(),
+            |_, x| x[0].tanh(),
+            |_, x| x[0].sigmoid(),
+            |_, x| x[0].sin(),
+            |_, x| x[0].cos(),
+            |_, x| x[0].abs(),
+            |_, x| x[0].recip(),
+            |_, x| x[0].sign(),
+            |_, x| x[0].floor(),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[3, 17]], op, 1e-6);
+            op_case(&format!("{t}[{i}] f64"), d, DType::F64, &[&[3, 17]], op, 1e-13);
+        }
+    };
+    binary_compare_select => |t, d| {
+        let ops: [Body; 7] = [
+            |_, x| x[0].clone() + x[1].clone(),
+            |_, x| x[0].clone() - x[1].clone(),
+            |_, x| x[0].clone() * x[1].clone(),
+            |_, x| x[0].clone() / x[1].clone(),
+            |_, x| x[0].maximum(&x[1]) + x[0].minimum(&x[1]),
+            |_, x| x[0].abs().pow(&x[1]),
+            |_, x| x[0].lt(&x[1]).select(&x[0], &x[1]),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[4, 9], &[4, 9]], op, 1e-6);
+        }
+    };
+    casts_and_storage_types => |t, d| {
+        op_case(t, d, DType::F32, &[&[33]], |_, x| {
+            let h = x[0].cast(DType::F16).cast(DType::F32);
+            let b = x[0].cast(DType::BF16).cast(DType::F32);
+            let i = (x[0].clone() * x[0].clone()).cast(DType::I32).cast(DType::F32);
+            h + b + i
+        }, 0.0);
+    };
+    random_uniform_is_bit_identical => |t, d| {
+        let build = || {
+            let g = trace(&[("key", TensorSpec::new(DType::I32, &[]))], |tr, x| {
+                Ok(vec![
+                    ("u32".to_string(), tr.random_uniform(&x[0], &[1000], DType::F32)),
+                    ("u64".to_string(), tr.random_uniform(&x[0], &[7, 3], DType::F64)),
+                ])
+            })?;
+            Ok((g, CompileOptions::named("rng")))
+        };
+        conform(t, d, build, vec![Array::scalar_i32(-12345)], 1, 0.0);
+    };
+    reductions => |t, d| {
+        let ops: [Body; 5] = [
+            |_, x| x[0].sum(&[1]),
+            |_, x| x[0].sum(&[0]),
+            |_, x| x[0].max(&[0, 2]),
+            |_, x| x[0].sum(&[0, 1, 2]),
+            |_, x| x[0].max(&[1]),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[6, 300, 5]], op, 1e-5);
+            op_case(&format!("{t}[{i}] f64"), d, DType::F64, &[&[6, 300, 5]], op, 1e-12);
+        }
+    };
+    movement => |t, d| {
+        let ops: [Body; 5] = [
+            |_, x| x[0].permute(&[2, 0, 1]),
+            |_, x| x[0].slice(&[1, 0, 1], &[3, 4, 5], &[1, 2, 3]),
+            |_, x| x[0].pad(&[1, 0, 2], &[0, 3, 1], 1.5),
+            |_, x| Tensor::concat(&[x[0].clone(), x[0].exp()], 1).unwrap(),
+            |_, x| x[0].sum(&[1]).reshape(&[3, 1, 5]).broadcast_to(&[3, 4, 5]).permute(&[1, 0, 2]),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[3, 4, 5]], op, 1e-6);
+        }
+    };
+    take_and_scatter_add => |t, d| {
+        let build = || {
+            let g = trace(
+                &[("table", TensorSpec::f32(&[6, 4])), ("idx", TensorSpec::new(DType::I32, &[9]))],
+                |_, x| {
+                    let rows = x[0].take(&x[1]);
+                    let back = rows.scatter_add(&x[1], 6);
+                    Ok(vec![("rows".to_string(), rows), ("back".to_string(), back)])
+                },
+            )?;
+            Ok((g, CompileOptions::named("take")))
+        };
+        let idx = Array::new(&[9], vec![0i32, 5, 2, 2, 7, -1, 3, 0, 5]).unwrap();
+        conform(t, d, build, vec![data(&[6, 4], 3, DType::F32), idx], 1, 1e-6);
+    };
+    matmul_every_transpose => |t, d| {
+        let ops: [Body; 4] = [
+            |_, x| x[0].matmul(&x[1]),
+            |_, x| x[0].t().matmul(&x[1].t()).t(),
+            |_, x| x[0].matmul(&x[0].t()),
+            |_, x| x[1].t().matmul(&x[1]),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[5, 7], &[7, 3]], op, 1e-5);
+            op_case(&format!("{t}[{i}] f64"), d, DType::F64, &[&[5, 7], &[7, 3]], op, 1e-12);
+        }
+    };
+    mlp_train_step_three_steps => |t, d| {
+        conform(t, d, || cuda_shared::mlp_train_step(DType::F32), cuda_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);
+        conform(t, d, || cuda_shared::mlp_train_step(DType::F64), cuda_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);
+    };
+}
