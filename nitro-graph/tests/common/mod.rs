@@ -11,18 +11,26 @@ pub fn values(n: usize, seed: u64) -> Vec<f64> {
     (0..n).map(|_| rng.uniform() * 2.0 - 1.0).collect()
 }
 
+fn input_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("x{i}")).collect()
+}
+
+fn f64_specs<'a>(names: &'a [String], shapes: &[Vec<usize>]) -> Vec<(&'a str, TensorSpec)> {
+    names
+        .iter()
+        .zip(shapes)
+        .map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s)))
+        .collect()
+}
+
 /// Run `f` on f64 inputs of `shapes` with `data`; return the first output.
 pub fn run(
     shapes: &[Vec<usize>],
     data: &[Vec<f64>],
     f: impl FnOnce(&Tracer, &[Tensor]) -> Tensor,
 ) -> Array {
-    let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
-    let specs: Vec<(&str, TensorSpec)> = names
-        .iter()
-        .zip(shapes)
-        .map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s)))
-        .collect();
+    let names = input_names(shapes.len());
+    let specs = f64_specs(&names, shapes);
     let program = compile(&specs, CompileOptions::named("test"), |tr, t| {
         Ok(vec![("y".into(), f(tr, t))])
     })
@@ -38,12 +46,8 @@ pub fn run(
 /// Compare the gradient of `sum(f(x) * r)` (r random, fixed) with central
 /// finite differences, for every element of every input.
 pub fn check_grad(shapes: &[Vec<usize>], seed: u64, f: impl Fn(&Tracer, &[Tensor]) -> Tensor) {
-    let names: Vec<String> = (0..shapes.len()).map(|i| format!("x{i}")).collect();
-    let specs: Vec<(&str, TensorSpec)> = names
-        .iter()
-        .zip(shapes)
-        .map(|(n, s)| (n.as_str(), TensorSpec::new(DType::F64, s)))
-        .collect();
+    let names = input_names(shapes.len());
+    let specs = f64_specs(&names, shapes);
     let program = compile(&specs, CompileOptions::named("grad_check"), |tr, t| {
         let y = f(tr, t);
         let r = tr.literal(&values(y.numel(), seed ^ 0xABCD), y.shape(), DType::F64);
