@@ -448,6 +448,11 @@ fn fused(graph: &Graph, group: &FusedGroup, name: &str) -> (String, Vec<Arg>) {
                     };
                     let ty = register_type(d);
                     match access {
+                        // A one-element value read "contiguously" by a larger
+                        // group is the RNG key: every element reads element 0.
+                        Access::Contiguous if graph.nodes[*node].spec.numel() == 1 => {
+                            format!("const {ty} {r} = {};", load_expr(d, &format!("in{j}[0]")))
+                        }
                         Access::Contiguous => {
                             format!("const {ty} {r} = {};", load_expr(d, &format!("in{j}[i]")))
                         }
