@@ -1,9 +1,10 @@
 //! Convolution and pooling over NCHW tensors.
 //!
 //! conv2d lowers to im2col: the padded input is cut into `kh*kw` strided
-//! windows (slices), stacked into patch rows and multiplied by the reshaped
-//! kernel in one matmul, so the heavy lifting is gemm and autodiff needs no
-//! convolution rule of its own.
+//! windows (slices), stacked into a patch matrix and multiplied by the
+//! reshaped kernel in one matmul, so the heavy lifting is gemm and autodiff
+//! needs no convolution rule of its own. The layout (`kernel @ patches`,
+//! pixels innermost) keeps every permute a copy of contiguous rows.
 
 use crate::error::GraphError;
 use crate::trace::Tensor;
@@ -56,17 +57,24 @@ pub fn conv2d(
             windows.push(win.reshape(&[n, c, 1, oh, ow]));
         }
     }
+    // [n, c, kh*kw, oh, ow] = per sample a [c*kh*kw, oh*ow] patch matrix.
     let Ok(stacked) = Tensor::concat(&windows, 2) else {
         return x.clone();
-    }; // [n, c, kh*kw, oh, ow]
+    };
+    let (ckk, pixels) = (c * kh * kw, oh * ow);
+    // Put the samples side by side: [c*kh*kw, n*oh*ow]. The permute moves
+    // whole rows of oh*ow pixels, so it runs at memcpy speed, and so does
+    // the one that restores NCHW after the single large matmul.
     let patches = stacked
-        .permute(&[0, 3, 4, 1, 2])
-        .reshape(&[n * oh * ow, c * kh * kw]);
-    let kernel = weight.reshape(&[o, c * kh * kw]);
-    let out = patches
-        .matmul_t(&kernel, false, true)
-        .reshape(&[n, oh, ow, o])
-        .permute(&[0, 3, 1, 2]);
+        .reshape(&[n, ckk, pixels])
+        .permute(&[1, 0, 2])
+        .reshape(&[ckk, n * pixels]);
+    let kernel = weight.reshape(&[o, ckk]);
+    let out = kernel
+        .matmul(&patches)
+        .reshape(&[o, n, pixels])
+        .permute(&[1, 0, 2])
+        .reshape(&[n, o, oh, ow]);
     match bias {
         Some(b) => out + b.reshape(&[1, o, 1, 1]),
         None => out,
