@@ -29,7 +29,7 @@ fn conform(
     let (graph, options) = build().unwrap();
     let cpu = compile_graph(graph, options).unwrap();
     let (graph, options) = build().unwrap();
-    let run_dev: Box<dyn Fn(&mut [Array]) -> Vec<Array>> = match device {
+    let run_dev: Runner = match device {
         Device::Cpu => {
             let p = compile_graph(graph, options).unwrap();
             Box::new(move |a| p.run(a).unwrap())
@@ -89,6 +89,9 @@ fn data(shape: &[usize], seed: u64, dtype: DType) -> Array {
 }
 
 type Body = fn(&Tracer, &[Tensor]) -> Tensor;
+
+/// Runs a compiled program on the device under test.
+type Runner = Box<dyn Fn(&mut [Array]) -> Vec<Array>>;
 
 /// A one-output program over f32/f64 inputs of `shapes`.
 fn op_case(test: &str, device: Device, dtype: DType, shapes: &[&[usize]], body: Body, tol: f64) {
