@@ -523,7 +523,15 @@ impl<E: Experiment> Nitro<E> {
             let batch = set.gather(&indices, &names)?;
             let (padded, real) = pad(&batch, width)?;
             let arrays = self.batch_arrays(padded.as_ref().unwrap_or(&batch), &fields)?;
-            let out = self.run_program(&compiled, false, vec![], arrays)?;
+            // The exact mean over the real rows (see `programs`): padded
+            // rows carry weight 0.
+            let (w, r) = (width as f64, real as f64);
+            let dtype = self.layout.dtype;
+            let coefficients = vec![
+                Array::scalar_f32((w / r) as f32).cast(dtype),
+                Array::scalar_f32(((w - r) / r) as f32).cast(dtype),
+            ];
+            let out = self.run_program(&compiled, false, coefficients, arrays)?;
             let loss = out[compiled.index("loss").expect("eval returns its loss")]
                 .item()
                 .unwrap_or(f64::NAN);

@@ -5,9 +5,9 @@
 //! Input layout (names are the program's input names):
 //!
 //! ```text
-//! predict     p.*  s.*  d.*                         b0.<forward fields>
-//! eval_step   p.*  s.*  d.*                         b0.<routed fields>
-//! train_step  p.*  s.*  o0.* [o1.*]  d.*  h.*  h.micro_w  b0.* .. b{accum-1}.*
+//! predict     p.*  s.*  d.*                  b0.<forward fields>
+//! eval_step   p.*  s.*  d.*  h.pad_a h.pad_b  b0.<routed fields>
+//! train_step  p.*  s.*  o0.* [o1.*]  d.*  h.*  h.micro_w [h.pad_b]  b0.* .. b{accum-1}.*
 //! ```
 //!
 //! `p` params, `s` state, `o` optimizer slots, `d` Device fields, `h`
@@ -15,6 +15,27 @@
 //! `new.p.*`, `new.s.*` and `new.o*.*` into their inputs, so one call
 //! updates everything in place and returns only the loss (and outputs, when
 //! train metrics need them).
+//!
+//! **Exact loss on a padded batch.** A short batch is padded to the compiled
+//! width by repeating its last real row, so rows `r..W` are copies of row
+//! `r-1`, and row `W-1` always is. For a loss of the usual form (a mean over
+//! samples of per-sample terms, plus any batch-independent term `c`),
+//! with `L_A` the loss of the padded batch and `L_B` the loss of a batch made
+//! of `W` copies of row `W-1`:
+//!
+//! ```text
+//! W·L_A = S + (W-r)·f_last + W·c      L_B = f_last + c
+//! mean over the r real rows = (W/r)·L_A − ((W−r)/r)·L_B = S/r + c
+//! ```
+//!
+//! so the eval step and a `PadWithMask` train step trace the loss twice
+//! (`L_B` from static slices of the outputs and targets, no second forward)
+//! and weight them with coefficients fed as inputs (`h.pad_a`, `h.pad_b`;
+//! for a full batch `1` and `0`). One program serves full and short
+//! batches, padded rows carry weight 0 in the loss and its gradients. A
+//! loss that couples samples (batch statistics, in-batch negatives) is not
+//! of that form and cannot be padded exactly; nor can a forward that mixes
+//! rows (batch norm in training mode) — use `ShortBatch::Drop` for those.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -76,6 +97,9 @@ pub(crate) enum Kind {
         optimizer: Optimizer,
         clip: bool,
         outputs: bool,
+        /// `ShortBatch::PadWithMask`: the loss is traced with the
+        /// padded-row correction (`h.pad_b`).
+        masked: bool,
     },
 }
 
@@ -143,12 +167,17 @@ pub(crate) fn inputs(layout: &Layout, kind: &Kind) -> Vec<(String, TensorSpec)> 
                 .filter(|(n, _)| layout.forward_fields.contains(n))
                 .collect(),
         ),
-        Kind::Eval { width } => (*width, 1, layout.fields.iter().collect()),
+        Kind::Eval { width } => {
+            out.push(("h.pad_a".into(), scalar.clone()));
+            out.push(("h.pad_b".into(), scalar.clone()));
+            (*width, 1, layout.fields.iter().collect())
+        }
         Kind::Train {
             width,
             accum,
             optimizer,
             clip,
+            masked,
             ..
         } => {
             for (h, _) in optimizer.hyper_values(0.0, 0) {
@@ -158,6 +187,9 @@ pub(crate) fn inputs(layout: &Layout, kind: &Kind) -> Vec<(String, TensorSpec)> 
                 out.push(("h.max_norm".into(), scalar.clone()));
             }
             out.push(("h.micro_w".into(), TensorSpec::new(layout.dtype, &[*accum])));
+            if *masked {
+                out.push(("h.pad_b".into(), TensorSpec::new(layout.dtype, &[*accum])));
+            }
             (*width, *accum, layout.fields.iter().collect())
         }
     };
@@ -188,13 +220,15 @@ fn key<E: Experiment>(e: &E, layout: &Layout, kind: &Kind) -> Result<nitro_cache
         optimizer,
         clip,
         outputs,
+        masked,
         ..
     } = kind
     {
         b = b
             .config("optimizer", &optimizer.structure())
             .config("clip", clip)
-            .config("train_outputs", outputs);
+            .config("train_outputs", outputs)
+            .config("short_batch_mask", masked);
     }
     Ok(b.finish()?)
 }
@@ -237,7 +271,23 @@ pub(crate) fn output_leaves<O: Tree<Tensors>>(outputs: &O) -> Vec<(String, Tenso
 struct Traced {
     outputs: Vec<(String, Tensor)>,
     state: Params<Tensor>,
+    /// The loss of the batch as given (`L_A`).
     loss: Option<Tensor>,
+    /// The loss of `width` copies of the last row (`L_B`, see the module doc).
+    loss_last_row: Option<Tensor>,
+}
+
+/// Which losses `apply` traces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LossTrace {
+    None,
+    Plain,
+    WithLastRow,
+}
+
+/// `width` copies of row `width - 1` of `t`.
+fn last_row(t: &Tensor, width: usize) -> Tensor {
+    t.narrow(0, width - 1, width).broadcast_to(t.shape())
 }
 
 fn hook_batch(batch: &BTreeMap<String, Tensor>, fields: &[String]) -> BTreeMap<String, Tensor> {
@@ -258,7 +308,7 @@ fn apply<E: Experiment>(
     batch: &BTreeMap<String, Tensor>,
     layout: &Layout,
     width: usize,
-    with_loss: bool,
+    losses: LossTrace,
 ) -> Result<Traced> {
     let missing = |e: nitro_markers::MissingField| RunError::BatchField {
         field: e.field.clone(),
@@ -283,28 +333,50 @@ fn apply<E: Experiment>(
             expected: st.keys().cloned().collect(),
         });
     }
-    let loss = if with_loss {
-        let targets =
-            E::Targets::from_batch(&mut hook_batch(batch, &layout.loss_fields)).map_err(missing)?;
-        let loss = E::loss(view, &outs, targets);
-        if !loss.shape().is_empty() {
-            return Err(RunError::Setting {
+    let scalar_loss = |loss: Tensor| {
+        if loss.shape().is_empty() {
+            Ok(loss)
+        } else {
+            Err(RunError::Setting {
                 setting: "loss",
                 reason: format!(
                     "the loss hook returned shape {:?}; it must return a scalar (reduce with mean or sum)",
                     loss.shape()
                 ),
-            });
+            })
         }
-        Some(loss)
-    } else {
-        None
     };
-    Ok(Traced {
+    let mut traced = Traced {
         outputs,
         state: st_new,
-        loss,
-    })
+        loss: None,
+        loss_last_row: None,
+    };
+    if losses == LossTrace::None {
+        return Ok(traced);
+    }
+    let mut targets = hook_batch(batch, &layout.loss_fields);
+    let last_targets: BTreeMap<String, Tensor> = targets
+        .iter()
+        .map(|(k, t)| (k.clone(), last_row(t, width)))
+        .collect();
+    let loss = E::loss(view, &outs, E::Targets::from_batch(&mut targets).map_err(missing)?);
+    traced.loss = Some(scalar_loss(loss)?);
+    if losses == LossTrace::WithLastRow {
+        let rows: Vec<Tensor> = traced.outputs.iter().map(|(_, t)| last_row(t, width)).collect();
+        let last_outs = Tree::<Tensors>::with_leaves(&outs, rows).map_err(|e| RunError::Setting {
+            setting: "forward",
+            reason: format!("its outputs could not be rebuilt for the padded-batch loss: {e}"),
+        })?;
+        let mut last_targets = last_targets;
+        let loss = E::loss(
+            view,
+            &last_outs,
+            E::Targets::from_batch(&mut last_targets).map_err(missing)?,
+        );
+        traced.loss_last_row = Some(scalar_loss(loss)?);
+    }
+    Ok(traced)
 }
 
 fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -> Result<Program> {
@@ -388,7 +460,7 @@ fn trace_program<E: Experiment>(
                 &micro_batch(named, 0),
                 layout,
                 *width,
-                false,
+                LossTrace::None,
             )?;
             Ok(prefixed("out", traced.outputs))
         }
@@ -401,12 +473,14 @@ fn trace_program<E: Experiment>(
                 &micro_batch(named, 0),
                 layout,
                 *width,
-                true,
+                LossTrace::WithLastRow,
             )?;
-            let mut out = vec![(
-                "loss".to_string(),
+            let h = |name: &str| named[format!("h.{name}").as_str()].clone();
+            let (la, lb) = (
                 traced.loss.expect("eval traces the loss"),
-            )];
+                traced.loss_last_row.expect("eval traces the last-row loss"),
+            );
+            let mut out = vec![("loss".to_string(), la * h("pad_a") - lb * h("pad_b"))];
             out.extend(prefixed("out", traced.outputs));
             Ok(out)
         }
@@ -416,8 +490,21 @@ fn trace_program<E: Experiment>(
             optimizer,
             clip,
             outputs,
+            masked,
         } => train_step::<E>(
-            &view, model, layout, tracer, named, ps, st, *width, *accum, optimizer, *clip, *outputs,
+            &view,
+            model,
+            layout,
+            tracer,
+            named,
+            ps,
+            st,
+            *width,
+            *accum,
+            optimizer,
+            *clip,
+            *outputs,
+            *masked,
         ),
     }
 }
@@ -449,6 +536,7 @@ fn train_step<E: Experiment>(
     optimizer: &Optimizer,
     clip: bool,
     want_outputs: bool,
+    masked: bool,
 ) -> Result<Vec<(String, Tensor)>> {
     let h = |name: &str| named[format!("h.{name}").as_str()].clone();
     let micro_w = h("micro_w");
@@ -464,10 +552,17 @@ fn train_step<E: Experiment>(
             &micro_batch(named, i),
             layout,
             width,
-            true,
+            if masked {
+                LossTrace::WithLastRow
+            } else {
+                LossTrace::Plain
+            },
         )?;
         let w = micro_w.narrow(0, i, i + 1).reshape(&[]);
-        let weighted = traced.loss.expect("train traces the loss") * &w;
+        let mut weighted = traced.loss.expect("train traces the loss") * &w;
+        if let Some(lb) = traced.loss_last_row {
+            weighted = weighted - lb * h("pad_b").narrow(0, i, i + 1).reshape(&[]);
+        }
         total = Some(match total {
             Some(t) => t + weighted,
             None => weighted,

@@ -75,6 +75,7 @@ impl<E: Experiment> Nitro<E> {
             optimizer: self.run.optimizer,
             clip: self.run.clip.is_some(),
             outputs: !self.train_metrics.is_empty(),
+            masked: false,
         }
     }
 
