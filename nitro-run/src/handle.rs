@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nitro_data::{Batch, Dataset, HookFields, InMemory, PadFill, RoutingPlan, Splits};
+use nitro_data::{
+    Batch, Dataset, HookFields, InMemory, PadFill, RoutingPlan, ShortBatch, Splits,
+};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::{Array, DType, HostBuffer, TensorSpec};
 use nitro_markers::{BatchFields, Category, DeviceInput, Recipe};
@@ -42,6 +44,8 @@ pub struct Nitro<E: Experiment> {
     pub(crate) history: Vec<(u64, BTreeMap<String, f64>)>,
     pub(crate) compile_log: Vec<String>,
     pub(crate) stop_after: Option<u64>,
+    /// The short-final-batch policy, frozen at construction.
+    pub(crate) short_batch: ShortBatch,
     reported: bool,
 }
 
@@ -136,7 +140,8 @@ impl<E: Experiment> Nitro<E> {
             loss_fields: present("loss"),
             dtype,
         };
-        let run = Self::resolve_run_values(&e, preset, data.train.len())?;
+        let short_batch = e.short_batch();
+        let run = Self::resolve_run_values(&e, preset, data.train.len(), short_batch)?;
         let scheduled = e.schedule();
         for (target, _) in &scheduled {
             Self::check_schedule_target(&layout, target)?;
@@ -190,11 +195,17 @@ impl<E: Experiment> Nitro<E> {
             history: vec![],
             compile_log: vec![],
             stop_after: None,
+            short_batch,
             reported: false,
         })
     }
 
-    fn resolve_run_values(e: &E, preset: Option<String>, n_train: usize) -> Result<RunValues> {
+    fn resolve_run_values(
+        e: &E,
+        preset: Option<String>,
+        n_train: usize,
+        short_batch: ShortBatch,
+    ) -> Result<RunValues> {
         let batch_size = e.batch_size();
         let accum = e.accum();
         if batch_size == 0 || accum == 0 {
@@ -207,12 +218,15 @@ impl<E: Experiment> Nitro<E> {
                 reason: "must be at least 1".into(),
             });
         }
-        let batches = (n_train / batch_size) as u64;
+        let batches = match short_batch {
+            ShortBatch::Drop => n_train / batch_size,
+            ShortBatch::PadWithMask => n_train.div_ceil(batch_size),
+        } as u64;
         if batches == 0 {
             return Err(RunError::Setting {
                 setting: "batch_size",
                 reason: format!(
-                    "{batch_size} is larger than the {n_train} training samples; lower it"
+                    "{batch_size} is larger than the {n_train} training samples; lower it or use `ShortBatch::PadWithMask`"
                 ),
             });
         }
@@ -302,6 +316,11 @@ impl<E: Experiment> Nitro<E> {
     /// Metrics recorded per epoch: `(epoch, {name: value})`.
     pub fn history(&self) -> &[(u64, BTreeMap<String, f64>)] {
         &self.history
+    }
+
+    /// The short-final-batch policy frozen at construction.
+    pub fn short_batch(&self) -> ShortBatch {
+        self.short_batch
     }
 
     /// Updates done so far.

@@ -84,6 +84,7 @@ pub use experiment::{
 pub use handle::Nitro;
 pub use interrupt::request_stop;
 pub use metric::{HostOutputs, Metric};
+pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
 pub use programs::{cache_stats, total_compiles};
 pub use report::{set_config_report, RunValues};

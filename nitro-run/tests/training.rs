@@ -4,7 +4,7 @@
 mod common;
 
 use common::{bits, tiny, Knobs};
-use nitro_run::{Nitro, Optimizer, RunError, Schedule};
+use nitro_run::{Nitro, Optimizer, RunError, Schedule, ShortBatch};
 
 fn quiet() {
     nitro_run::set_config_report(false);
@@ -280,4 +280,45 @@ fn resume_with_a_changed_graph_const_names_the_field() {
     let mut other = Nitro::new(e).unwrap();
     let err = other.resume().unwrap_err().to_string();
     assert!(err.contains("`width`") && err.contains("8 -> 16"), "{err}");
+}
+
+#[test]
+fn a_padded_with_mask_final_batch_updates_exactly_like_its_real_samples() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let run = |n: usize, batch: usize, short: ShortBatch, optimizer: Optimizer| {
+        let mut e = tiny(d.path());
+        e.n = n;
+        e.batch = batch;
+        e.epochs = 1;
+        e.knobs = Knobs {
+            optimizer: Some(optimizer),
+            short,
+            ..Knobs::default()
+        };
+        let mut nitro = Nitro::new(e).unwrap();
+        let r = nitro.train().unwrap();
+        let train_steps = nitro
+            .compile_log()
+            .iter()
+            .filter(|w| w.contains("train_step"))
+            .count();
+        assert!(train_steps <= 1, "one program: {:?}", nitro.compile_log());
+        (params_f32(&nitro), r.steps)
+    };
+    for optimizer in [Optimizer::sgd(0.5), Optimizer::adam(0.01)] {
+        for real in [1, 3] {
+            // One update on `real` samples padded to width 4, against the
+            // same samples in an unpadded batch of width `real`.
+            let (padded, s1) = run(real, 4, ShortBatch::PadWithMask, optimizer);
+            let (exact, s2) = run(real, real, ShortBatch::Drop, optimizer);
+            assert_eq!((s1, s2), (1, 1));
+            for (x, y) in padded.iter().flatten().zip(exact.iter().flatten()) {
+                assert!((x - y).abs() < 1e-5, "real {real}: {x} vs {y}");
+            }
+        }
+    }
+    // 10 samples at width 4: 4 + 4 + 2 (padded) is three updates, one program.
+    let (_, steps) = run(10, 4, ShortBatch::PadWithMask, Optimizer::sgd(0.1));
+    assert_eq!(steps, 3);
 }

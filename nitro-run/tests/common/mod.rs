@@ -25,6 +25,10 @@ pub struct Knobs {
     pub stop_on: Option<(String, u64)>,
     pub every_steps: u64,
     pub val: usize,
+    pub short: nitro_run::ShortBatch,
+    pub keep_last: Option<usize>,
+    pub best: Option<(String, usize, bool)>,
+    pub every_epoch: Option<bool>,
 }
 
 #[derive(Experiment, Debug)]
@@ -131,6 +135,9 @@ impl nitro_run::Experiment for Tiny {
     fn accum(&self) -> usize {
         self.accum
     }
+    fn short_batch(&self) -> nitro_run::ShortBatch {
+        self.knobs.short
+    }
     fn max_epochs(&self) -> u64 {
         self.epochs
     }
@@ -151,9 +158,12 @@ impl nitro_run::Experiment for Tiny {
         Some(Box::new(Patience::min(&metric, patience)))
     }
     fn checkpointer(&self) -> Checkpointer {
+        let default = Checkpointer::default();
         Checkpointer {
             every_steps: self.knobs.every_steps,
-            ..Checkpointer::default()
+            keep_last: self.knobs.keep_last.unwrap_or(default.keep_last),
+            best: self.knobs.best.clone(),
+            every_epoch: self.knobs.every_epoch.unwrap_or(default.every_epoch),
         }
     }
     fn logger(&self) -> Logger {
