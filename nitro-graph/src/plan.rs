@@ -50,6 +50,20 @@ pub struct MemoryPlan {
     pub swapped: Vec<(usize, usize)>,
 }
 
+impl MemoryPlan {
+    /// Every donation, in place or swapped: (input, output).
+    pub fn donations(&self) -> impl Iterator<Item = &(usize, usize)> {
+        self.in_place.iter().chain(&self.swapped)
+    }
+
+    /// Indices of the outputs a call returns (those not donated to an input).
+    pub fn returned_outputs(&self, graph: &Graph) -> Vec<usize> {
+        (0..graph.outputs.len())
+            .filter(|o| !self.donations().any(|&(_, d)| d == *o))
+            .collect()
+    }
+}
+
 /// Follow reshapes to the node that owns the buffer.
 pub fn base_of(graph: &Graph, mut n: NodeId) -> NodeId {
     while let Op::Reshape { .. } = graph.nodes[n].op {

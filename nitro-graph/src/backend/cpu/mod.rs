@@ -168,18 +168,10 @@ impl CpuExecutable {
                 }
             }
         }
-        let donated: Vec<usize> = plan
-            .in_place
-            .iter()
-            .chain(&plan.swapped)
-            .map(|&(_, o)| o)
-            .collect();
-        graph
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !donated.contains(i))
-            .map(|(_, &(_, node))| {
+        plan.returned_outputs(graph)
+            .into_iter()
+            .map(|o| {
+                let node = graph.outputs[o].1;
                 let data = self.read(plan.storage[node], inputs, ws).clone();
                 Array::new(&graph.nodes[node].spec.shape, data)
                     .expect("planned buffers match their specs")

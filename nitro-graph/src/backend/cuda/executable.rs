@@ -144,18 +144,9 @@ impl CudaExecutable {
                 Storage::Virtual => unreachable!("outputs are always stored"),
             }
         }
-        let donated: Vec<usize> = plan
-            .in_place
-            .iter()
-            .chain(&plan.swapped)
-            .map(|&(_, o)| o)
-            .collect();
-        graph
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !donated.contains(i))
-            .map(|(_, &(_, node))| match plan.storage[node] {
+        plan.returned_outputs(graph)
+            .into_iter()
+            .map(|o| match plan.storage[graph.outputs[o].1] {
                 Storage::Input(i) => inputs[i].try_clone(),
                 Storage::Literal(l) => ws.literals[l].try_clone(),
                 Storage::Slot(s) => ws.slots[s].try_clone(),
