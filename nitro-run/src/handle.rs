@@ -146,6 +146,8 @@ impl<E: Experiment> Nitro<E> {
         for (target, _) in &scheduled {
             Self::check_schedule_target(&layout, target)?;
         }
+        // Forward's output rules are setup errors: trace it once, compile nothing.
+        programs::check_forward(&e, &parts.model, &layout, run.batch_size)?;
         let opt = (0..run.optimizer.slots())
             .flat_map(|_| layout.params.iter().map(|(_, s)| Array::zeros(s)))
             .collect();

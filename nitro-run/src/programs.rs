@@ -379,10 +379,63 @@ fn apply<E: Experiment>(
     Ok(traced)
 }
 
-fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -> Result<Program> {
+/// Traces `kind` from the hooks and hands the trace to `driver` (compile
+/// or trace only); a nitro-run error raised inside the trace (an output
+/// without a batch axis, a missing field) wins over the graph's error.
+fn with_trace<E: Experiment, T>(
+    e: &E,
+    model: &E::Model,
+    layout: &Layout,
+    kind: &Kind,
+    driver: impl FnOnce(&[(&str, TensorSpec)], TraceFn<'_>) -> nitro_graph::Result<T>,
+) -> Result<T> {
     let specs = inputs(layout, kind);
     let spec_refs: Vec<(&str, TensorSpec)> =
         specs.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
+    let failure: RefCell<Option<RunError>> = RefCell::new(None);
+    let result = driver(
+        &spec_refs,
+        Box::new(|tracer: &Tracer, t: &[Tensor]| {
+            let named: BTreeMap<&str, &Tensor> = specs
+                .iter()
+                .map(|(n, _)| n.as_str())
+                .zip(t.iter())
+                .collect();
+            trace_program(e, model, layout, kind, tracer, &named).map_err(|err| {
+                *failure.borrow_mut() = Some(err);
+                GraphError::Backend("the trace failed in nitro-run (see the run error)".into())
+            })
+        }),
+    );
+    match (result, failure.into_inner()) {
+        (_, Some(err)) => Err(err),
+        (Ok(p), None) => Ok(p),
+        (Err(source), None) => Err(RunError::Compile {
+            program: kind.name(),
+            source: Box::new(source),
+        }),
+    }
+}
+
+type TraceFn<'a> =
+    Box<dyn FnOnce(&Tracer, &[Tensor]) -> nitro_graph::Result<Vec<(String, Tensor)>> + 'a>;
+
+/// Traces `forward` once at `width` without compiling anything, so the
+/// rules on its outputs (every leaf an array with the batch on axis 0) and
+/// on its state are errors at setup, not at the first program call.
+pub(crate) fn check_forward<E: Experiment>(
+    e: &E,
+    model: &E::Model,
+    layout: &Layout,
+    width: usize,
+) -> Result<()> {
+    with_trace(e, model, layout, &Kind::Predict { width }, |specs, f| {
+        nitro_graph::trace(specs, f)
+    })
+    .map(drop)
+}
+
+fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -> Result<Program> {
     let mut options = CompileOptions::named(kind.name());
     if let Kind::Train { optimizer, .. } = kind {
         let mut groups = vec!["p".to_string(), "s".to_string()];
@@ -398,26 +451,7 @@ fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -
             }
         }
     }
-    let failure: RefCell<Option<RunError>> = RefCell::new(None);
-    let result = compile(&spec_refs, options, |tracer, t| {
-        let named: BTreeMap<&str, &Tensor> = specs
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .zip(t.iter())
-            .collect();
-        trace_program(e, model, layout, kind, tracer, &named).map_err(|err| {
-            *failure.borrow_mut() = Some(err);
-            GraphError::Backend("the trace failed in nitro-run (see the run error)".into())
-        })
-    });
-    match (result, failure.into_inner()) {
-        (_, Some(err)) => Err(err),
-        (Ok(p), None) => Ok(p),
-        (Err(source), None) => Err(RunError::Compile {
-            program: kind.name(),
-            source: Box::new(source),
-        }),
-    }
+    with_trace(e, model, layout, kind, |specs, f| compile(specs, options, f))
 }
 
 fn group(
