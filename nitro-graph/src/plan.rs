@@ -56,6 +56,19 @@ impl MemoryPlan {
         self.in_place.iter().chain(&self.swapped)
     }
 
+    /// Host values of the baked literals, by literal index, in their dtypes.
+    pub fn literal_values(&self, graph: &Graph) -> Vec<nitro_device::HostBuffer> {
+        self.literals
+            .iter()
+            .map(|&id| {
+                let Op::Literal { values, .. } = &graph.nodes[id].op else {
+                    unreachable!("the plan lists literal nodes only")
+                };
+                nitro_device::HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype)
+            })
+            .collect()
+    }
+
     /// Indices of the outputs a call returns (those not donated to an input).
     pub fn returned_outputs(&self, graph: &Graph) -> Vec<usize> {
         (0..graph.outputs.len())

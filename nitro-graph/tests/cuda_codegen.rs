@@ -4,7 +4,7 @@
 //! the RNG and storage conversions; and NVRTC is never invoked here.
 #![cfg(feature = "cuda")]
 
-mod cuda_shared;
+mod mlp_shared;
 
 use nitro_graph::backend::cuda::codegen::{Grid, BLOCK, MAX_GRID};
 use nitro_graph::backend::cuda::{CudaProgram, Step};
@@ -12,7 +12,7 @@ use nitro_graph::fusion::Kernel;
 use nitro_graph::{trace, CompileOptions, DType, Device, TensorSpec};
 
 fn mlp() -> CudaProgram {
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     CudaProgram::generate(graph, options).unwrap()
 }
 
@@ -216,7 +216,7 @@ fn movement_ops_generate_gathers_and_scatter_add_uses_atomics() {
 
 #[test]
 fn generating_source_needs_no_device_but_compiling_reports_a_missing_driver() {
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     match CudaProgram::compile_graph(graph, options, Device::Cuda(0)) {
         Ok(p) => println!("a CUDA device is present: compiled {p:?}"),
         Err(e) => {
@@ -228,11 +228,11 @@ fn generating_source_needs_no_device_but_compiling_reports_a_missing_driver() {
             );
         }
     }
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     let err = CudaProgram::compile_graph(graph, options, Device::Cpu).unwrap_err();
     assert!(err.to_string().contains("not cpu"), "{err}");
     // A source-only program refuses to run with a clear error.
-    let mut args = cuda_shared::mlp_args(DType::F32, 1.0);
+    let mut args = mlp_shared::mlp_args(DType::F32, 1.0);
     let err = mlp().run(&mut args).unwrap_err();
     assert!(err.to_string().contains("without a device"), "{err}");
 }
@@ -273,9 +273,9 @@ fn generated_source_passes_a_host_compiler_syntax_check() {
     }
     let dir = std::env::temp_dir().join(format!("nitro_cuda_syntax_{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     let mlp32 = CudaProgram::generate(graph, options).unwrap();
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F64).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F64).unwrap();
     let mlp64 = CudaProgram::generate(graph, options).unwrap();
     let g = trace(
         &[

@@ -7,7 +7,7 @@
 //! "skipped: no CUDA driver" line and passes.
 #![cfg(feature = "cuda")]
 
-mod cuda_shared;
+mod mlp_shared;
 
 use nitro_graph::backend::cuda::CudaProgram;
 use nitro_graph::nn::init::InitRng;
@@ -273,7 +273,7 @@ conformance! {
         }
     };
     mlp_train_step_three_steps => |t, d| {
-        conform(t, d, || cuda_shared::mlp_train_step(DType::F32), cuda_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);
-        conform(t, d, || cuda_shared::mlp_train_step(DType::F64), cuda_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);
+        conform(t, d, || mlp_shared::mlp_train_step(DType::F32), mlp_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);
+        conform(t, d, || mlp_shared::mlp_train_step(DType::F64), mlp_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);
     };
 }

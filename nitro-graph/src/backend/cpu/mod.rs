@@ -85,16 +85,7 @@ impl CpuExecutable {
             .iter()
             .map(|&(d, n)| HostBuffer::zeros(d, n))
             .collect();
-        let literals = plan
-            .literals
-            .iter()
-            .map(|&id| {
-                let Op::Literal { values, .. } = &graph.nodes[id].op else {
-                    unreachable!("literal")
-                };
-                HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype)
-            })
-            .collect();
+        let literals = plan.literal_values(graph);
         Workspace { slots, literals }
     }
 

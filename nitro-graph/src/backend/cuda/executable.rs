@@ -14,7 +14,7 @@ use super::codegen::{Arg, CudaSource, Step};
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::{MemoryPlan, Storage};
 use nitro_device::cuda::{CudaBuffer, CudaDevice, CudaKernel, GemmShape, GemmTypes, KernelArg};
-use nitro_device::{DType, DeviceError, HostBuffer};
+use nitro_device::{DType, DeviceError};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -88,15 +88,9 @@ impl CudaExecutable {
             .map(|&(d, n)| self.device.alloc(d, n))
             .collect::<Result<_, _>>()?;
         let literals = plan
-            .literals
+            .literal_values(graph)
             .iter()
-            .map(|&id| {
-                let Op::Literal { values, .. } = &graph.nodes[id].op else {
-                    unreachable!("literal")
-                };
-                let host = HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype);
-                self.device.upload(&host)
-            })
+            .map(|host| self.device.upload(host))
             .collect::<Result<_, _>>()?;
         Ok(Workspace { slots, literals })
     }
