@@ -5,9 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nitro_data::{
-    Batch, Dataset, HookFields, InMemory, PadFill, RoutingPlan, ShortBatch, Splits,
-};
+use nitro_data::{Batch, Dataset, HookFields, InMemory, PadFill, RoutingPlan, ShortBatch, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::{Array, DType, HostBuffer, TensorSpec};
 use nitro_markers::{BatchFields, Category, DeviceInput, Recipe};

@@ -74,6 +74,7 @@ mod programs;
 mod progress;
 mod report;
 mod schedule;
+pub mod step_api;
 mod stop;
 mod train;
 

@@ -360,14 +360,23 @@ fn apply<E: Experiment>(
         .iter()
         .map(|(k, t)| (k.clone(), last_row(t, width)))
         .collect();
-    let loss = E::loss(view, &outs, E::Targets::from_batch(&mut targets).map_err(missing)?);
+    let loss = E::loss(
+        view,
+        &outs,
+        E::Targets::from_batch(&mut targets).map_err(missing)?,
+    );
     traced.loss = Some(scalar_loss(loss)?);
     if losses == LossTrace::WithLastRow {
-        let rows: Vec<Tensor> = traced.outputs.iter().map(|(_, t)| last_row(t, width)).collect();
-        let last_outs = Tree::<Tensors>::with_leaves(&outs, rows).map_err(|e| RunError::Setting {
-            setting: "forward",
-            reason: format!("its outputs could not be rebuilt for the padded-batch loss: {e}"),
-        })?;
+        let rows: Vec<Tensor> = traced
+            .outputs
+            .iter()
+            .map(|(_, t)| last_row(t, width))
+            .collect();
+        let last_outs =
+            Tree::<Tensors>::with_leaves(&outs, rows).map_err(|e| RunError::Setting {
+                setting: "forward",
+                reason: format!("its outputs could not be rebuilt for the padded-batch loss: {e}"),
+            })?;
         let mut last_targets = last_targets;
         let loss = E::loss(
             view,
@@ -451,7 +460,9 @@ fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -
             }
         }
     }
-    with_trace(e, model, layout, kind, |specs, f| compile(specs, options, f))
+    with_trace(e, model, layout, kind, |specs, f| {
+        compile(specs, options, f)
+    })
 }
 
 fn group(
@@ -526,19 +537,8 @@ fn trace_program<E: Experiment>(
             outputs,
             masked,
         } => train_step::<E>(
-            &view,
-            model,
-            layout,
-            tracer,
-            named,
-            ps,
-            st,
-            *width,
-            *accum,
-            optimizer,
-            *clip,
-            *outputs,
-            *masked,
+            &view, model, layout, tracer, named, ps, st, *width, *accum, optimizer, *clip,
+            *outputs, *masked,
         ),
     }
 }
@@ -552,7 +552,7 @@ fn prefixed(prefix: &str, items: Vec<(String, Tensor)>) -> Vec<(String, Tensor)>
 
 /// Keeps `new` when the loss is finite, `old` otherwise: a non-finite step
 /// leaves every parameter, moment and state at its last finite value.
-fn keep_if(ok: &Tensor, new: &Tensor, old: &Tensor) -> Tensor {
+pub(crate) fn keep_if(ok: &Tensor, new: &Tensor, old: &Tensor) -> Tensor {
     ok.broadcast_to(new.shape()).select(new, old)
 }
 
@@ -625,15 +625,40 @@ fn train_step<E: Experiment>(
         grads = clip_by_global_norm(&grads, &h("max_norm")).0;
     }
     let ok = loss.abs().lt(&loss.scalar_like(f64::INFINITY));
+    let names: Vec<String> = layout.params.iter().map(|(n, _)| n.clone()).collect();
+    let slot = |k: usize, n: &str| named[format!("o{k}.{n}").as_str()].clone();
+    let mut updates = optimizer_update(optimizer, &names, &p_refs, &grads, &slot, &h, &ok);
+    for (k, new) in &state {
+        updates.push((format!("new.s.{k}"), keep_if(&ok, new, &st[k])));
+    }
+    let mut result = vec![("loss".to_string(), loss)];
+    result.extend(out);
+    result.extend(updates);
+    Ok(result)
+}
+
+/// The optimizer update of every parameter, as `new.p.<name>` and
+/// `new.o<k>.<name>` outputs; a non-finite loss (`ok` false) keeps every
+/// parameter and slot at its old value. `slot(k, name)` is slot `k` of a
+/// parameter, `h(name)` a hyperparameter input.
+pub(crate) fn optimizer_update(
+    optimizer: &Optimizer,
+    names: &[String],
+    params: &[&Tensor],
+    grads: &[Tensor],
+    slot: &dyn Fn(usize, &str) -> Tensor,
+    h: &dyn Fn(&str) -> Tensor,
+    ok: &Tensor,
+) -> Vec<(String, Tensor)> {
     let mut updates = vec![];
     match optimizer {
         Optimizer::Sgd { nesterov, .. } => {
             let (lr, momentum) = (h("lr"), h("momentum"));
-            for ((n, _), (p, g)) in layout.params.iter().zip(p_refs.iter().zip(&grads)) {
-                let buf = named[format!("o0.{n}").as_str()];
-                let (p_new, buf_new) = sgd(p, g, buf, &lr, &momentum, *nesterov);
-                updates.push((format!("new.p.{n}"), keep_if(&ok, &p_new, p)));
-                updates.push((format!("new.o0.{n}"), keep_if(&ok, &buf_new, buf)));
+            for (n, (p, g)) in names.iter().zip(params.iter().zip(grads)) {
+                let buf = slot(0, n);
+                let (p_new, buf_new) = sgd(p, g, &buf, &lr, &momentum, *nesterov);
+                updates.push((format!("new.p.{n}"), keep_if(ok, &p_new, p)));
+                updates.push((format!("new.o0.{n}"), keep_if(ok, &buf_new, &buf)));
             }
         }
         Optimizer::Adam { .. } => {
@@ -646,23 +671,14 @@ fn train_step<E: Experiment>(
                 weight_decay: &hs[4],
                 step: &hs[5],
             };
-            for ((n, _), (p, g)) in layout.params.iter().zip(p_refs.iter().zip(&grads)) {
-                let (m, v) = (
-                    named[format!("o0.{n}").as_str()],
-                    named[format!("o1.{n}").as_str()],
-                );
-                let (p_new, m_new, v_new) = adam(p, g, m, v, &hyper);
-                updates.push((format!("new.p.{n}"), keep_if(&ok, &p_new, p)));
-                updates.push((format!("new.o0.{n}"), keep_if(&ok, &m_new, m)));
-                updates.push((format!("new.o1.{n}"), keep_if(&ok, &v_new, v)));
+            for (n, (p, g)) in names.iter().zip(params.iter().zip(grads)) {
+                let (m, v) = (slot(0, n), slot(1, n));
+                let (p_new, m_new, v_new) = adam(p, g, &m, &v, &hyper);
+                updates.push((format!("new.p.{n}"), keep_if(ok, &p_new, p)));
+                updates.push((format!("new.o0.{n}"), keep_if(ok, &m_new, &m)));
+                updates.push((format!("new.o1.{n}"), keep_if(ok, &v_new, &v)));
             }
         }
     }
-    for (k, new) in &state {
-        updates.push((format!("new.s.{k}"), keep_if(&ok, new, &st[k])));
-    }
-    let mut result = vec![("loss".to_string(), loss)];
-    result.extend(out);
-    result.extend(updates);
-    Ok(result)
+    updates
 }

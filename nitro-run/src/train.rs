@@ -220,10 +220,7 @@ impl<E: Experiment> Nitro<E> {
                         let mine = outputs
                             .iter()
                             .filter_map(|(k, v)| {
-                                Some((
-                                    k.strip_prefix(&prefix)?.to_string(),
-                                    slice_rows(v, real[i]),
-                                ))
+                                Some((k.strip_prefix(&prefix)?.to_string(), slice_rows(v, real[i])))
                             })
                             .collect();
                         let sliced;

@@ -134,7 +134,10 @@ fn padded_evaluation_equals_unpadded() {
     for width in [3, 4] {
         let (_, m) = run(width);
         let (a, b) = (exact_metrics["loss"], m["loss"]);
-        assert!((a - b).abs() < 1e-6 * a.abs().max(1.0), "width {width}: {a} vs {b}");
+        assert!(
+            (a - b).abs() < 1e-6 * a.abs().max(1.0),
+            "width {width}: {a} vs {b}"
+        );
     }
 }
 

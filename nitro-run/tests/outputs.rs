@@ -122,7 +122,11 @@ fn struct_outputs_reach_loss_and_metrics_by_name() {
     let d = tempfile::tempdir().unwrap();
     let mut n = Nitro::new(two_head(d.path())).unwrap();
     let report = n.train().unwrap();
-    assert!(report.metrics.contains_key("val_acc"), "{:?}", report.metrics);
+    assert!(
+        report.metrics.contains_key("val_acc"),
+        "{:?}",
+        report.metrics
+    );
     let out = n
         .predict(&dataset(6, 9).gather(&[0, 1, 2, 3, 4, 5], &["x"]).unwrap())
         .unwrap();
@@ -149,9 +153,17 @@ fn an_output_reduced_in_forward_is_a_setup_error_naming_the_leaf() {
     let d = tempfile::tempdir().unwrap();
     let mut e = two_head(d.path());
     e.reduce_energy = 1.into();
-    let err = Nitro::new(e).err().expect("setup must refuse a reduced output");
+    let err = Nitro::new(e)
+        .err()
+        .expect("setup must refuse a reduced output");
     assert!(matches!(err, RunError::OutputWithoutBatch { .. }), "{err}");
     let text = err.to_string();
-    assert!(text.contains("forward output `energy` has shape []"), "{text}");
-    assert!(text.contains("reduce over the batch in `loss` or `metrics`"), "{text}");
+    assert!(
+        text.contains("forward output `energy` has shape []"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reduce over the batch in `loss` or `metrics`"),
+        "{text}"
+    );
 }
