@@ -331,9 +331,53 @@ impl<E: Experiment> Nitro<E> {
     /// Prints the frozen-values report (once per handle unless `always`).
     pub(crate) fn report(&mut self, always: bool) {
         if report_enabled() && (always || !self.reported) {
-            eprintln!("{}", self.run.report(E::experiment_name()));
+            eprintln!("{}", self.config_report());
         }
         self.reported = true;
+    }
+
+    /// The one-screen report of the values frozen at construction, with a
+    /// `!` line for every scalar accessor that returns something else now
+    /// than it did then (the handle keeps the frozen value; rebuild to pick
+    /// the new one up). Accessors that construct objects (`early_stop`,
+    /// `checkpointer`, `logger`) are never probed.
+    pub fn config_report(&self) -> String {
+        let mut text = self.run.report(E::experiment_name());
+        let e = &self.e;
+        let show = |c: Option<f64>| c.map_or_else(|| "off".to_string(), |c| c.to_string());
+        let probes: [(&str, String, String); 7] = [
+            ("seed", self.run.seed.to_string(), e.seed().to_string()),
+            (
+                "batch_size",
+                self.run.batch_size.to_string(),
+                e.batch_size().to_string(),
+            ),
+            ("accum", self.run.accum.to_string(), e.accum().to_string()),
+            (
+                "max_epochs",
+                self.run.max_epochs.to_string(),
+                e.max_epochs().to_string(),
+            ),
+            ("clip", show(self.run.clip), show(e.clip())),
+            (
+                "run_dir",
+                self.run.run_dir.display().to_string(),
+                e.run_dir().display().to_string(),
+            ),
+            (
+                "short_batch",
+                format!("{:?}", self.short_batch),
+                format!("{:?}", e.short_batch()),
+            ),
+        ];
+        for (name, then, now) in probes {
+            if then != now {
+                text.push_str(&format!(
+                    "\n  ! `{name}(e)` was redefined: it returned {then} at construction and returns {now} now."
+                ));
+            }
+        }
+        text
     }
 
     pub(crate) fn program(&mut self, kind: &Kind) -> Result<Compiled> {

@@ -75,15 +75,25 @@ fn a_sigkilled_run_resumes_bit_identical() {
     }
     // Let it run on a little, so the kill lands mid-step, mid-epoch.
     std::thread::sleep(Duration::from_millis(15));
-    assert!(child.try_wait().unwrap().is_none(), "the child must still be training");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the child must still be training"
+    );
     child.kill().unwrap(); // SIGKILL on Unix
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status:?}");
 
     let mut resumed = Nitro::new(experiment(dir.path())).unwrap();
-    let from = resumed.resume().unwrap().expect("a checkpoint to resume from");
+    let from = resumed
+        .resume()
+        .unwrap()
+        .expect("a checkpoint to resume from");
     let step = resumed.step();
-    assert!(step > 0 && step % 3 == 0, "resumed at step {step} from {}", from.display());
+    assert!(
+        step > 0 && step % 3 == 0,
+        "resumed at step {step} from {}",
+        from.display()
+    );
     let target = step + 7; // ends mid-epoch too
     resumed.stop_after(target);
     assert!(resumed.train().unwrap().interrupted);

@@ -16,6 +16,10 @@ use nitro_run::{
     Progress, Schedule, Stopper,
 };
 
+/// When non-zero, `accum()` returns this instead of the field: an accessor
+/// whose value drifts after construction (tests/report.rs only).
+pub static ACCUM_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Run settings that are not config values.
 #[derive(Debug, Clone, Default)]
 pub struct Knobs {
@@ -133,7 +137,10 @@ impl nitro_run::Experiment for Tiny {
         self.batch
     }
     fn accum(&self) -> usize {
-        self.accum
+        match ACCUM_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => self.accum,
+            drifted => drifted,
+        }
     }
     fn short_batch(&self) -> nitro_run::ShortBatch {
         self.knobs.short
