@@ -21,7 +21,7 @@ use nitro_data::{Dataset, EpochOrder, ShortBatch};
 use nitro_graph::{Array, DType};
 use nitro_markers::{DeviceData, DeviceValue};
 
-use crate::convert::to_array;
+use crate::convert::gather_array;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::{outputs_of, slice_rows, Nitro};
@@ -56,6 +56,10 @@ pub struct TrainReport {
     pub metrics: BTreeMap<String, f64>,
     /// Time spent inside the compiled train step.
     pub program_time: Duration,
+    /// Time spent writing checkpoints.
+    pub checkpoint_time: Duration,
+    /// Time spent validating.
+    pub eval_time: Duration,
     /// Wall time of the whole call.
     pub wall_time: Duration,
 }
@@ -171,6 +175,16 @@ impl<E: Experiment> Nitro<E> {
         let batches = order.batches_per_epoch();
         let names: Vec<String> = self.layout.fields.iter().map(|(n, _)| n.clone()).collect();
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let fields = train.as_fields();
+        let columns = names
+            .iter()
+            .map(|f| {
+                fields.get(f).ok_or_else(|| RunError::BatchField {
+                    field: f.clone(),
+                    reason: "routed but absent from the training split".into(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut store = self.open_store()?;
         let display = Display::new(&self.run.logger, self.run.total, self.position.step);
         let every = self.run.checkpointer.every_steps;
@@ -189,14 +203,16 @@ impl<E: Experiment> Nitro<E> {
                     let slot = order
                         .slot_in(&perm, self.position.batch + i.min(window - 1))
                         .expect("positions below batches_per_epoch have a slot");
-                    let batch = train.gather(&slot.indices, &name_refs)?;
-                    for f in &names {
-                        arrays.push(to_array(f, batch.require(f)?)?);
+                    for (f, column) in names.iter().zip(&columns) {
+                        arrays.push(gather_array(f, column, &slot.indices)?);
                     }
                     if i < window {
                         *real_i = slot.real;
                     }
-                    micro.push(batch);
+                    // Host batches only for host-side train metrics.
+                    if !self.train_metrics.is_empty() {
+                        micro.push(train.gather(&slot.indices, &name_refs)?);
+                    }
                 }
                 let hyper = self.hyper_inputs(self.position.step, &real)?;
                 let t0 = Instant::now();
@@ -243,7 +259,9 @@ impl<E: Experiment> Nitro<E> {
                 let stop_now =
                     interrupt::take_request() || self.stop_after == Some(self.position.step);
                 if stop_now || (every > 0 && self.position.step % every == 0) {
+                    let t0 = Instant::now();
                     let path = self.save_checkpoint(&mut store, &BTreeMap::new())?;
+                    report.checkpoint_time += t0.elapsed();
                     last_saved = Some(self.position.step);
                     if stop_now {
                         display.line(&format!(
@@ -264,9 +282,11 @@ impl<E: Experiment> Nitro<E> {
                 }
             }
             if let Some(val) = &data.val {
+                let t0 = Instant::now();
                 for (k, v) in self.evaluate_set(val)? {
                     metrics.insert(format!("val_{k}"), v);
                 }
+                report.eval_time += t0.elapsed();
             }
             let line = metrics
                 .iter()
@@ -289,7 +309,9 @@ impl<E: Experiment> Nitro<E> {
                 .is_some_and(|s| s.should_stop(epoch, &metrics));
             let last = stop || self.position.epoch >= self.run.max_epochs;
             if self.run.checkpointer.every_epoch || last {
+                let t0 = Instant::now();
                 self.save_checkpoint(&mut store, &metrics)?;
+                report.checkpoint_time += t0.elapsed();
                 last_saved = Some(self.position.step);
             }
             if stop {
@@ -299,7 +321,9 @@ impl<E: Experiment> Nitro<E> {
             }
         }
         if last_saved != Some(self.position.step) && self.position.step > 0 {
+            let t0 = Instant::now();
             self.save_checkpoint(&mut store, &BTreeMap::new())?;
+            report.checkpoint_time += t0.elapsed();
         }
         display.finish();
         report.steps = self.position.step;
