@@ -1,6 +1,6 @@
 //! nitro-run benchmarks, one JSON object per line on stdout (format in
 //! BENCH.md); progress on stderr. `cargo run --release -p nitro-run
-//! --example bench [NAME...]` runs `predict_overhead`, `mlp_predict` and
+//! --example bench_run [NAME...]` runs `predict_overhead`, `mlp_predict` and
 //! `digits_mlp_e2e` (or only those named). The graph-level benches
 //! (`mlp_train_step`, `cnn_train_step`, ...) live in nitro-graph's bench.
 
