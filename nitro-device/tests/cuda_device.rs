@@ -66,8 +66,8 @@ fn a_missing_device_ordinal_is_an_error() {
 #[cfg(feature = "cuda")]
 mod gpu_only {
     use super::*;
-    use nitro_device::{DType, HostBuffer};
     use nitro_device::cuda::{GemmShape, GemmTypes};
+    use nitro_device::{DType, HostBuffer};
 
     #[test]
     fn cuda_buffers_round_trip_every_dtype() {
