@@ -4,7 +4,7 @@
 //! appends gradient nodes to the *same* graph, so forward, backward and the
 //! optimizer update compile into one program. Only nodes that lie on a path
 //! from a requested input to the loss are differentiated (unused gradients
-//! are never built). Every primitive has exactly one rule in [`vjp`].
+//! are never built). Every primitive has exactly one rule in `vjp`, one table.
 
 use crate::error::{GraphError, Result};
 use crate::ir::{BinaryOp, NodeId, Op, UnaryOp};

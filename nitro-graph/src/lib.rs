@@ -6,7 +6,7 @@
 //! | stage | module | what it does |
 //! |---|---|---|
 //! | IR | [`ir`] | nodes with static shapes and dtypes; the primitive table and its shape rule |
-//! | tracing | [`trace`] | symbolic [`Tensor`]s with operators; shape errors at trace time |
+//! | tracing | [`trace`](mod@trace) | symbolic [`Tensor`]s with operators; shape errors at trace time |
 //! | autodiff | [`autodiff`] | reverse mode as a graph transform: one VJP rule per primitive |
 //! | composites | [`nn`] | relu, softmax, conv2d, cross-entropy, layers, `Chain`, optimizers |
 //! | passes | [`passes`] | simplify, constant folding, CSE, DCE |

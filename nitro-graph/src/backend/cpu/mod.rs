@@ -1,8 +1,8 @@
 //! The CPU backend: runs a scheduled, planned graph on host buffers.
 //!
-//! Fused elementwise groups run as chunked register loops ([`fused`]),
-//! matmuls through the `gemm` crate ([`matmul`]), reductions and data
-//! movement through a few strided kernels ([`reduce`], [`movement`]). The
+//! Fused elementwise groups run as chunked register loops (`fused`),
+//! matmuls through the `gemm` crate (`matmul`), reductions and data
+//! movement through a few strided kernels (`reduce`, `movement`). The
 //! workspace (every intermediate buffer of the memory plan) is allocated on
 //! the first call and reused by every later one.
 
