@@ -226,9 +226,9 @@ impl<E: Experiment> Nitro<E> {
 }
 
 enum Runner {
-    Cpu(Program),
+    Cpu(Box<Program>),
     #[cfg(feature = "cuda")]
-    Cuda(nitro_graph::backend::cuda::CudaProgram),
+    Cuda(Box<nitro_graph::backend::cuda::CudaProgram>),
 }
 
 impl Runner {
@@ -364,11 +364,11 @@ impl Exported {
         }
         let options = CompileOptions::named("predict");
         let runner = match device {
-            Device::Cpu => Runner::Cpu(nitro_graph::compile_graph(graph, options)?),
+            Device::Cpu => Runner::Cpu(Box::new(nitro_graph::compile_graph(graph, options)?)),
             #[cfg(feature = "cuda")]
-            Device::Cuda(_) => Runner::Cuda(nitro_graph::backend::cuda::CudaProgram::compile_graph(
-                graph, options, device,
-            )?),
+            Device::Cuda(_) => Runner::Cuda(Box::new(
+                nitro_graph::backend::cuda::CudaProgram::compile_graph(graph, options, device)?,
+            )),
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => {
                 return Err(ExportError::Graph(nitro_graph::GraphError::Backend(format!(
