@@ -96,3 +96,8 @@ pub use report::{config_table, set_config_report, RunValues};
 pub use schedule::Schedule;
 pub use stop::{Patience, Stopper};
 pub use train::{Position, TrainReport};
+
+/// The README's Rust examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

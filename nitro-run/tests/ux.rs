@@ -215,7 +215,10 @@ fn export_matches_predict_with_device_values_and_padding() {
             let want = expected["output"].to_f32_vec();
             assert_eq!(got.len(), want.len());
             for (g, w) in got.iter().zip(&want) {
-                assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "cuda {g} vs cpu {w}");
+                assert!(
+                    (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                    "cuda {g} vs cpu {w}"
+                );
             }
         }
         Err(e) if cfg!(feature = "cuda") => eprintln!("skipping the CUDA export check: {e}"),
