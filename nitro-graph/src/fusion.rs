@@ -154,6 +154,12 @@ impl<'g> Fuser<'g> {
             }
             _ => match (self.group_of[a], group) {
                 (Some(h), Some(g)) if h == g => Source::Reg(a),
+                // A one-element value (an RNG key, a scalar input) is read
+                // as a scalar by a group of any size.
+                _ if node.spec.numel() == 1 => Source::Load {
+                    node: a,
+                    access: Access::Scalar,
+                },
                 _ => Source::Load {
                     node: a,
                     access: Access::Contiguous,

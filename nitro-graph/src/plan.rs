@@ -50,6 +50,33 @@ pub struct MemoryPlan {
     pub swapped: Vec<(usize, usize)>,
 }
 
+impl MemoryPlan {
+    /// Every donation, in place or swapped: (input, output).
+    pub fn donations(&self) -> impl Iterator<Item = &(usize, usize)> {
+        self.in_place.iter().chain(&self.swapped)
+    }
+
+    /// Host values of the baked literals, by literal index, in their dtypes.
+    pub fn literal_values(&self, graph: &Graph) -> Vec<nitro_device::HostBuffer> {
+        self.literals
+            .iter()
+            .map(|&id| {
+                let Op::Literal { values, .. } = &graph.nodes[id].op else {
+                    unreachable!("the plan lists literal nodes only")
+                };
+                nitro_device::HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype)
+            })
+            .collect()
+    }
+
+    /// Indices of the outputs a call returns (those not donated to an input).
+    pub fn returned_outputs(&self, graph: &Graph) -> Vec<usize> {
+        (0..graph.outputs.len())
+            .filter(|o| !self.donations().any(|&(_, d)| d == *o))
+            .collect()
+    }
+}
+
 /// Follow reshapes to the node that owns the buffer.
 pub fn base_of(graph: &Graph, mut n: NodeId) -> NodeId {
     while let Op::Reshape { .. } = graph.nodes[n].op {

@@ -274,3 +274,32 @@ proptest! {
         });
     }
 }
+
+#[test]
+fn dropout_with_a_traced_key_input() {
+    use nitro_graph::nn::ops::dropout;
+    use nitro_graph::{compile, Array, CompileOptions, TensorSpec};
+    // The key is a program input, fed anew each step: no recompile per step.
+    let program = compile(
+        &[
+            ("x", TensorSpec::f32(&[1000])),
+            ("key", TensorSpec::new(DType::I32, &[])),
+        ],
+        CompileOptions::named("dropout"),
+        |_, t| Ok(vec![("y".into(), dropout(&t[0], &t[1], 0.5, true))]),
+    )
+    .unwrap();
+    let x = Array::new(&[1000], vec![1.0f32; 1000]).unwrap();
+    let draw = |key: i32| {
+        program
+            .run(&mut [x.clone(), Array::scalar_i32(key)])
+            .unwrap()
+            .remove(0)
+            .to_f64_vec()
+    };
+    let (a, b, c) = (draw(1), draw(1), draw(2));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    let kept = a.iter().filter(|&&v| v != 0.0).count();
+    assert!((400..600).contains(&kept), "{kept}");
+}

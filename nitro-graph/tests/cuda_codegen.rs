@@ -4,7 +4,7 @@
 //! the RNG and storage conversions; and NVRTC is never invoked here.
 #![cfg(feature = "cuda")]
 
-mod cuda_shared;
+mod mlp_shared;
 
 use nitro_graph::backend::cuda::codegen::{Grid, BLOCK, MAX_GRID};
 use nitro_graph::backend::cuda::{CudaProgram, Step};
@@ -12,7 +12,7 @@ use nitro_graph::fusion::Kernel;
 use nitro_graph::{trace, CompileOptions, DType, Device, TensorSpec};
 
 fn mlp() -> CudaProgram {
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     CudaProgram::generate(graph, options).unwrap()
 }
 
@@ -216,7 +216,7 @@ fn movement_ops_generate_gathers_and_scatter_add_uses_atomics() {
 
 #[test]
 fn generating_source_needs_no_device_but_compiling_reports_a_missing_driver() {
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     match CudaProgram::compile_graph(graph, options, Device::Cuda(0)) {
         Ok(p) => println!("a CUDA device is present: compiled {p:?}"),
         Err(e) => {
@@ -228,11 +228,102 @@ fn generating_source_needs_no_device_but_compiling_reports_a_missing_driver() {
             );
         }
     }
-    let (graph, options) = cuda_shared::mlp_train_step(DType::F32).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
     let err = CudaProgram::compile_graph(graph, options, Device::Cpu).unwrap_err();
     assert!(err.to_string().contains("not cpu"), "{err}");
     // A source-only program refuses to run with a clear error.
-    let mut args = cuda_shared::mlp_args(DType::F32, 1.0);
+    let mut args = mlp_shared::mlp_args(DType::F32, 1.0);
     let err = mlp().run(&mut args).unwrap_err();
     assert!(err.to_string().contains("without a device"), "{err}");
+}
+
+/// Declarations standing in for the CUDA built-ins the generated code uses,
+/// so a host C++ compiler can check its syntax and types.
+const HOST_SHIM: &str = r#"
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define asm(...) ((void)0)
+struct nitro_dim3 { unsigned int x, y, z; };
+static nitro_dim3 blockIdx, threadIdx, blockDim, gridDim;
+float __int_as_float(int); float __uint_as_float(unsigned int); unsigned int __float_as_uint(float);
+double __longlong_as_double(long long); float __double2float_rz(double);
+int __float2int_rz(float); int __double2int_rz(double);
+long long __float2ll_rz(float); long long __double2ll_rz(double);
+void __syncthreads();
+template <class T> T __shfl_down_sync(unsigned int, T, int);
+template <class T> T atomicAdd(T*, T);
+float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float sinf(float);
+float cosf(float); float fabsf(float); float floorf(float); float powf(float, float);
+double exp(double); double log(double); double sqrt(double); double tanh(double); double sin(double);
+double cos(double); double fabs(double); double floor(double); double pow(double, double);
+"#;
+
+#[test]
+fn generated_source_passes_a_host_compiler_syntax_check() {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    if std::process::Command::new(&cxx)
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("skipped: no host C++ compiler ({cxx})");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("nitro_cuda_syntax_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F32).unwrap();
+    let mlp32 = CudaProgram::generate(graph, options).unwrap();
+    let (graph, options) = mlp_shared::mlp_train_step(DType::F64).unwrap();
+    let mlp64 = CudaProgram::generate(graph, options).unwrap();
+    let g = trace(
+        &[
+            ("a", TensorSpec::f32(&[3, 300])),
+            ("i", TensorSpec::new(DType::I64, &[5])),
+            ("h", TensorSpec::new(DType::BF16, &[3, 300])),
+            ("k", TensorSpec::new(DType::I32, &[])),
+        ],
+        |tr, t| {
+            let a = &t[0];
+            let big = a.sum(&[1]) + a.max(&[1]);
+            let rows = a.take(&t[1]).scatter_add(&t[1], 3);
+            let u = tr.random_uniform(&t[3], &[3, 300], DType::F32);
+            let mixed = (t[2].cast(DType::F32) * u).cast(DType::F16);
+            let ints = a.cast(DType::I32).abs() / a.cast(DType::I32).sign();
+            let cat = nitro_graph::Tensor::concat(
+                &[
+                    a.clone(),
+                    a.pad(&[0, 1], &[0, 0], 2.0)
+                        .slice(&[0, 0], &[3, 300], &[1, 1]),
+                ],
+                0,
+            )?;
+            Ok(vec![
+                ("big".into(), big),
+                ("rows".into(), rows),
+                ("mixed".into(), mixed),
+                ("ints".into(), ints.cast(DType::U8)),
+                ("cat".into(), cat),
+            ])
+        },
+    )
+    .unwrap();
+    let misc = CudaProgram::generate(g, CompileOptions::named("misc")).unwrap();
+    for (name, p) in [("mlp32", &mlp32), ("mlp64", &mlp64), ("misc", &misc)] {
+        let path = dir.join(format!("{name}.cpp"));
+        std::fs::write(&path, format!("{HOST_SHIM}\n{}", p.source())).unwrap();
+        let out = std::process::Command::new(&cxx)
+            .args(["-fsyntax-only", "-std=c++17", "-Wno-unused"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: the generated CUDA C does not compile:\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            p.source()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

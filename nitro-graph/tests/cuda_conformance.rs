@@ -7,7 +7,7 @@
 //! "skipped: no CUDA driver" line and passes.
 #![cfg(feature = "cuda")]
 
-mod cuda_shared;
+mod mlp_shared;
 
 use nitro_graph::backend::cuda::CudaProgram;
 use nitro_graph::nn::init::InitRng;
@@ -29,7 +29,7 @@ fn conform(
     let (graph, options) = build().unwrap();
     let cpu = compile_graph(graph, options).unwrap();
     let (graph, options) = build().unwrap();
-    let run_dev: Box<dyn Fn(&mut [Array]) -> Vec<Array>> = match device {
+    let run_dev: Runner = match device {
         Device::Cpu => {
             let p = compile_graph(graph, options).unwrap();
             Box::new(move |a| p.run(a).unwrap())
@@ -89,6 +89,9 @@ fn data(shape: &[usize], seed: u64, dtype: DType) -> Array {
 }
 
 type Body = fn(&Tracer, &[Tensor]) -> Tensor;
+
+/// Runs a compiled program on the device under test.
+type Runner = Box<dyn Fn(&mut [Array]) -> Vec<Array>>;
 
 /// A one-output program over f32/f64 inputs of `shapes`.
 fn op_case(test: &str, device: Device, dtype: DType, shapes: &[&[usize]], body: Body, tol: f64) {
@@ -270,7 +273,7 @@ conformance! {
         }
     };
     mlp_train_step_three_steps => |t, d| {
-        conform(t, d, || cuda_shared::mlp_train_step(DType::F32), cuda_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);
-        conform(t, d, || cuda_shared::mlp_train_step(DType::F64), cuda_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);
+        conform(t, d, || mlp_shared::mlp_train_step(DType::F32), mlp_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);
+        conform(t, d, || mlp_shared::mlp_train_step(DType::F64), mlp_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);
     };
 }

@@ -315,3 +315,69 @@ proptest! {
         assert_close(&got, &want, 1e-12);
     }
 }
+
+#[test]
+fn half_precision_storage_round_trips_through_casts() {
+    use nitro_device::{bf16, f16};
+    use nitro_graph::{compile, Array, CompileOptions, TensorSpec};
+    let x: Vec<f32> = vec![1.0, -2.5, 0.1, 65504.0, 1e-3, 7.25];
+    for dtype in [DType::F16, DType::BF16] {
+        // Store in the half type, compute in f32, store back in the half type.
+        let program = compile(
+            &[("h", TensorSpec::new(dtype, &[6]))],
+            CompileOptions::named("half"),
+            |_, t| {
+                let wide = t[0].cast(DType::F32);
+                Ok(vec![
+                    ("y".into(), (&wide * 2.0).cast(dtype)),
+                    ("wide".into(), wide),
+                ])
+            },
+        )
+        .unwrap();
+        let h = Array::new(&[6], x.clone()).unwrap().cast(dtype);
+        let out = program.run(&mut [h.clone()]).unwrap();
+        assert_eq!(out[0].dtype(), dtype);
+        let rounded: Vec<f64> = match dtype {
+            DType::F16 => x
+                .iter()
+                .map(|&v| f16::from_f32(f16::from_f32(v).to_f32() * 2.0).to_f64())
+                .collect(),
+            _ => x
+                .iter()
+                .map(|&v| bf16::from_f32(bf16::from_f32(v).to_f32() * 2.0).to_f64())
+                .collect(),
+        };
+        assert_eq!(out[0].to_f64_vec(), rounded, "{dtype}");
+        assert_eq!(
+            out[1].to_f64_vec(),
+            h.to_f64_vec(),
+            "{dtype} widens exactly"
+        );
+    }
+}
+
+#[test]
+fn integer_arithmetic_and_i64() {
+    let program = nitro_graph::compile(
+        &[
+            ("a", nitro_graph::TensorSpec::new(DType::I64, &[4])),
+            ("b", nitro_graph::TensorSpec::new(DType::I32, &[4])),
+        ],
+        nitro_graph::CompileOptions::named("ints"),
+        |_, t| {
+            let b = t[1].cast(DType::I64);
+            Ok(vec![
+                ("y".into(), (&t[0] * &b - &t[0] / &b).maximum(&t[0].neg())),
+                ("s".into(), t[0].sum(&[0])),
+            ])
+        },
+    )
+    .unwrap();
+    let a = nitro_graph::Array::new(&[4], vec![7i64, -8, 9, 10]).unwrap();
+    let b = nitro_graph::Array::new(&[4], vec![2i32, 3, 0, -4]).unwrap();
+    let out = program.run(&mut [a, b]).unwrap();
+    // 7*2 - 7/2 = 11; -8*3 - (-8/3) = -22 vs 8 -> 8; 9*0 - 9/0(=0) = 0 vs -9 -> 0; 10*-4 - 10/-4 = -38 vs -10 -> -10
+    assert_eq!(out[0].to_f64_vec(), vec![11.0, 8.0, 0.0, -10.0]);
+    assert_eq!(out[1].to_f64_vec(), vec![18.0]);
+}

@@ -8,7 +8,7 @@ use nitro_ckpt::{
     BestBy, Checkpoint, Goal, Metadata, MetricsRow, Store, StoreConfig, TensorEntry, Value,
 };
 use nitro_graph::{Array, HostBuffer, TensorSpec};
-use nitro_markers::Category;
+use nitro_markers::{Category, DeviceData, DeviceValue};
 
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
@@ -36,6 +36,20 @@ fn array(e: &TensorEntry, spec: &TensorSpec) -> Result<Array> {
     Ok(Array::new(&shape, buffer)
         .expect("a validated checkpoint entry matches its shape")
         .cast(spec.dtype))
+}
+
+/// A restored Device array as the experiment's host value.
+fn device_value(a: &Array) -> DeviceValue {
+    let data = match a.data() {
+        HostBuffer::F16(v) => DeviceData::F16(v.clone()),
+        HostBuffer::BF16(v) => DeviceData::Bf16(v.clone()),
+        HostBuffer::I32(v) => DeviceData::I32(v.clone()),
+        _ => DeviceData::F32(a.to_f32_vec()),
+    };
+    DeviceValue {
+        shape: a.shape().to_vec(),
+        data,
+    }
 }
 
 /// An optimizer slot tree: its name, the param specs, its range in `opt`.
@@ -254,6 +268,12 @@ impl<E: Experiment> Nitro<E> {
         self.params = params;
         self.state = state;
         self.opt = opt;
+        // The experiment's Device fields are written back too, so
+        // `device_value` and a rebuild from `experiment()` see the restored
+        // values, not the construction defaults.
+        for ((name, _), a) in self.layout.device.iter().zip(&device) {
+            self.e.set_device_value(name, &device_value(a))?;
+        }
         self.device = device;
         self.position.step = meta.step;
         self.position.epoch = meta.epoch;

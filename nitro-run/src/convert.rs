@@ -83,3 +83,43 @@ pub(crate) fn device_spec(value: &DeviceValue) -> TensorSpec {
 pub(crate) fn signature(spec: &TensorSpec) -> String {
     format!("{:?}{:?}", spec.dtype, spec.shape)
 }
+
+/// Rows `indices` of a dataset field, copied once, straight into a program
+/// input (no intermediate host batch); integer and byte fields widen to i32.
+pub(crate) fn gather_array(field: &str, a: &HostArray, indices: &[usize]) -> Result<Array> {
+    fn rows<T: Copy, U>(
+        a: &ndarray::ArrayD<T>,
+        indices: &[usize],
+        per: usize,
+        f: impl Fn(T) -> U,
+    ) -> Option<Vec<U>> {
+        let all = a.as_slice()?;
+        let mut out = Vec::with_capacity(indices.len() * per);
+        for &i in indices {
+            out.extend(all.get(i * per..(i + 1) * per)?.iter().map(|&x| f(x)));
+        }
+        Some(out)
+    }
+    let per: usize = a.sample_shape().iter().product();
+    let buffer: Option<HostBuffer> = match a {
+        HostArray::F32(v) => rows(v, indices, per, |x| x).map(Into::into),
+        HostArray::F64(v) => rows(v, indices, per, |x| x).map(Into::into),
+        HostArray::I32(v) => rows(v, indices, per, |x| x).map(Into::into),
+        HostArray::U8(v) => rows(v, indices, per, |x| x as i32).map(Into::into),
+        HostArray::Bool(v) => rows(v, indices, per, |x| x as i32).map(Into::into),
+        HostArray::I64(_) => None,
+    };
+    match buffer {
+        Some(buffer) => {
+            let mut shape = vec![indices.len()];
+            shape.extend(a.sample_shape());
+            Array::new(&shape, buffer).map_err(|e| RunError::BatchField {
+                field: field.into(),
+                reason: e.to_string(),
+            })
+        }
+        // Non-contiguous storage, an out-of-range index or i64 values
+        // (checked narrowing): the general path.
+        None => to_array(field, &a.gather_rows(indices).map_err(RunError::from)?),
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use nitro_data::Splits;
+use nitro_data::{ShortBatch, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::Params;
 use nitro_graph::{Array, Tensor};
@@ -151,6 +151,14 @@ pub trait Experiment: ExperimentFields + 'static {
     /// Micro-batch width.
     fn batch_size(&self) -> usize {
         128
+    }
+    /// The short final training batch of an epoch: `Drop` it (default), or
+    /// `PadWithMask` it to the compiled width with padded rows weighted 0,
+    /// so its loss and gradients are exactly those of its real samples
+    /// (the same program; see the `programs` module for the loss form this
+    /// needs).
+    fn short_batch(&self) -> ShortBatch {
+        ShortBatch::Drop
     }
     /// Micro-batches per update.
     fn accum(&self) -> usize {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nitro_data::{Batch, Dataset, HookFields, InMemory, PadFill, RoutingPlan, Splits};
+use nitro_data::{Batch, Dataset, HookFields, InMemory, PadFill, RoutingPlan, ShortBatch, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::{Array, DType, HostBuffer, TensorSpec};
 use nitro_markers::{BatchFields, Category, DeviceInput, Recipe};
@@ -42,6 +42,8 @@ pub struct Nitro<E: Experiment> {
     pub(crate) history: Vec<(u64, BTreeMap<String, f64>)>,
     pub(crate) compile_log: Vec<String>,
     pub(crate) stop_after: Option<u64>,
+    /// The short-final-batch policy, frozen at construction.
+    pub(crate) short_batch: ShortBatch,
     reported: bool,
 }
 
@@ -136,11 +138,14 @@ impl<E: Experiment> Nitro<E> {
             loss_fields: present("loss"),
             dtype,
         };
-        let run = Self::resolve_run_values(&e, preset, data.train.len())?;
+        let short_batch = e.short_batch();
+        let run = Self::resolve_run_values(&e, preset, data.train.len(), short_batch)?;
         let scheduled = e.schedule();
         for (target, _) in &scheduled {
             Self::check_schedule_target(&layout, target)?;
         }
+        // Forward's output rules are setup errors: trace it once, compile nothing.
+        programs::check_forward(&e, &parts.model, &layout, run.batch_size)?;
         let opt = (0..run.optimizer.slots())
             .flat_map(|_| layout.params.iter().map(|(_, s)| Array::zeros(s)))
             .collect();
@@ -191,11 +196,17 @@ impl<E: Experiment> Nitro<E> {
             history: vec![],
             compile_log: vec![],
             stop_after: None,
+            short_batch,
             reported: false,
         })
     }
 
-    fn resolve_run_values(e: &E, preset: Option<String>, n_train: usize) -> Result<RunValues> {
+    fn resolve_run_values(
+        e: &E,
+        preset: Option<String>,
+        n_train: usize,
+        short_batch: ShortBatch,
+    ) -> Result<RunValues> {
         let batch_size = e.batch_size();
         let accum = e.accum();
         if batch_size == 0 || accum == 0 {
@@ -208,12 +219,15 @@ impl<E: Experiment> Nitro<E> {
                 reason: "must be at least 1".into(),
             });
         }
-        let batches = (n_train / batch_size) as u64;
+        let batches = match short_batch {
+            ShortBatch::Drop => n_train / batch_size,
+            ShortBatch::PadWithMask => n_train.div_ceil(batch_size),
+        } as u64;
         if batches == 0 {
             return Err(RunError::Setting {
                 setting: "batch_size",
                 reason: format!(
-                    "{batch_size} is larger than the {n_train} training samples; lower it"
+                    "{batch_size} is larger than the {n_train} training samples; lower it or use `ShortBatch::PadWithMask`"
                 ),
             });
         }
@@ -305,6 +319,11 @@ impl<E: Experiment> Nitro<E> {
         &self.history
     }
 
+    /// The short-final-batch policy frozen at construction.
+    pub fn short_batch(&self) -> ShortBatch {
+        self.short_batch
+    }
+
     /// Updates done so far.
     pub fn step(&self) -> u64 {
         self.position.step
@@ -313,9 +332,53 @@ impl<E: Experiment> Nitro<E> {
     /// Prints the frozen-values report (once per handle unless `always`).
     pub(crate) fn report(&mut self, always: bool) {
         if report_enabled() && (always || !self.reported) {
-            eprintln!("{}", self.run.report(E::experiment_name()));
+            eprintln!("{}", self.config_report());
         }
         self.reported = true;
+    }
+
+    /// The one-screen report of the values frozen at construction, with a
+    /// `!` line for every scalar accessor that returns something else now
+    /// than it did then (the handle keeps the frozen value; rebuild to pick
+    /// the new one up). Accessors that construct objects (`early_stop`,
+    /// `checkpointer`, `logger`) are never probed.
+    pub fn config_report(&self) -> String {
+        let mut text = self.run.report(E::experiment_name());
+        let e = &self.e;
+        let show = |c: Option<f64>| c.map_or_else(|| "off".to_string(), |c| c.to_string());
+        let probes: [(&str, String, String); 7] = [
+            ("seed", self.run.seed.to_string(), e.seed().to_string()),
+            (
+                "batch_size",
+                self.run.batch_size.to_string(),
+                e.batch_size().to_string(),
+            ),
+            ("accum", self.run.accum.to_string(), e.accum().to_string()),
+            (
+                "max_epochs",
+                self.run.max_epochs.to_string(),
+                e.max_epochs().to_string(),
+            ),
+            ("clip", show(self.run.clip), show(e.clip())),
+            (
+                "run_dir",
+                self.run.run_dir.display().to_string(),
+                e.run_dir().display().to_string(),
+            ),
+            (
+                "short_batch",
+                format!("{:?}", self.short_batch),
+                format!("{:?}", e.short_batch()),
+            ),
+        ];
+        for (name, then, now) in probes {
+            if then != now {
+                text.push_str(&format!(
+                    "\n  ! `{name}(e)` was redefined: it returned {then} at construction and returns {now} now."
+                ));
+            }
+        }
+        text
     }
 
     pub(crate) fn program(&mut self, kind: &Kind) -> Result<Compiled> {
@@ -525,7 +588,15 @@ impl<E: Experiment> Nitro<E> {
             let batch = set.gather(&indices, &names)?;
             let (padded, real) = pad(&batch, width)?;
             let arrays = self.batch_arrays(padded.as_ref().unwrap_or(&batch), &fields)?;
-            let out = self.run_program(&compiled, false, vec![], arrays)?;
+            // The exact mean over the real rows (see `programs`): padded
+            // rows carry weight 0.
+            let (w, r) = (width as f64, real as f64);
+            let dtype = self.layout.dtype;
+            let coefficients = vec![
+                Array::scalar_f32((w / r) as f32).cast(dtype),
+                Array::scalar_f32(((w - r) / r) as f32).cast(dtype),
+            ];
+            let out = self.run_program(&compiled, false, coefficients, arrays)?;
             let loss = out[compiled.index("loss").expect("eval returns its loss")]
                 .item()
                 .unwrap_or(f64::NAN);

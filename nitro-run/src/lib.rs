@@ -79,6 +79,7 @@ mod progress;
 mod report;
 pub mod safetensors;
 mod schedule;
+pub mod step_api;
 mod stop;
 mod train;
 
@@ -90,6 +91,7 @@ pub use export::{ExportError, Exported};
 pub use handle::Nitro;
 pub use interrupt::request_stop;
 pub use metric::{HostOutputs, Metric};
+pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
 pub use programs::{cache_stats, total_compiles};
 pub use report::{config_table, set_config_report, RunValues};

@@ -8,20 +8,23 @@
 //! final window of an epoch may be partial; its loss is the mean over its
 //! *real* micro-batches (weights `1/real`, 0 for the filler, which also
 //! leaves the state untouched), so the update is normalised by its real
-//! size. The short final training batch is dropped (nitro-data's `Drop`
-//! policy): one program, never a silent second one.
+//! size. The short final training batch follows the run's
+//! [`ShortBatch`] policy: `Drop` (the default), or `PadWithMask`: padded to
+//! the compiled width with its padded rows weighted 0, so the update is
+//! exactly that of its real samples, and a window's loss is the mean over
+//! its real samples. Either way one program, never a silent second one.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use nitro_data::{Dataset, EpochOrder};
+use nitro_data::{Dataset, EpochOrder, ShortBatch};
 use nitro_graph::{Array, DType};
 use nitro_markers::{DeviceData, DeviceValue};
 
-use crate::convert::to_array;
+use crate::convert::gather_array;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
-use crate::handle::{outputs_of, Nitro};
+use crate::handle::{outputs_of, slice_rows, Nitro};
 use crate::interrupt;
 use crate::metric::Totals;
 use crate::programs::Kind;
@@ -52,6 +55,10 @@ pub struct TrainReport {
     pub metrics: BTreeMap<String, f64>,
     /// Time spent inside the compiled train step.
     pub program_time: Duration,
+    /// Time spent writing checkpoints.
+    pub checkpoint_time: Duration,
+    /// Time spent validating.
+    pub eval_time: Duration,
     /// Wall time of the whole call.
     pub wall_time: Duration,
 }
@@ -74,12 +81,16 @@ impl<E: Experiment> Nitro<E> {
             optimizer: self.run.optimizer,
             clip: self.run.clip.is_some(),
             outputs: !self.train_metrics.is_empty(),
+            masked: self.short_batch == ShortBatch::PadWithMask,
         }
     }
 
     /// The hyperparameter inputs of update `step` (0-based): optimizer
-    /// values with `lr` from its schedule, the clip norm, the micro weights.
-    fn hyper_inputs(&mut self, step: u64, window: usize) -> Result<Vec<Array>> {
+    /// values with `lr` from its schedule, the clip norm, the micro-batch
+    /// weights (and, for `PadWithMask`, the padded-row corrections).
+    /// `real[i]` is the number of real samples in micro-batch `i` (0 for the
+    /// filler of a partial window).
+    fn hyper_inputs(&mut self, step: u64, real: &[usize]) -> Result<Vec<Array>> {
         let dtype = self.layout.dtype;
         let total = self.run.total;
         let mut lr = self.run.optimizer.lr();
@@ -106,15 +117,44 @@ impl<E: Experiment> Nitro<E> {
         if let Some(c) = self.run.clip {
             out.push(scalar(c, dtype));
         }
-        let accum = self.run.accum;
-        let w: Vec<f32> = (0..accum)
-            .map(|i| if i < window { 1.0 / window as f32 } else { 0.0 })
-            .collect();
-        out.push(
-            Array::new(&[accum], w)
+        let (w, accum) = (self.run.batch_size as f64, self.run.accum);
+        let vector = |values: Vec<f32>| {
+            Array::new(&[accum], values)
                 .expect("accum weights match their shape")
-                .cast(dtype),
-        );
+                .cast(dtype)
+        };
+        match self.short_batch {
+            // The mean of the window's micro-batch means: weight 1/window.
+            ShortBatch::Drop => {
+                let window = real.iter().filter(|&&r| r > 0).count().max(1) as f32;
+                out.push(vector(
+                    real.iter()
+                        .map(|&r| if r > 0 { 1.0 / window } else { 0.0 })
+                        .collect(),
+                ));
+            }
+            // The mean over the window's real samples: micro-batch i
+            // contributes (W/R)·L_A − ((W − r_i)/R)·L_B (see `programs`).
+            ShortBatch::PadWithMask => {
+                let total_real = real.iter().sum::<usize>().max(1) as f64;
+                let a = real
+                    .iter()
+                    .map(|&r| if r > 0 { (w / total_real) as f32 } else { 0.0 })
+                    .collect();
+                let b = real
+                    .iter()
+                    .map(|&r| {
+                        if r > 0 {
+                            ((w - r as f64) / total_real) as f32
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                out.push(vector(a));
+                out.push(vector(b));
+            }
+        }
         Ok(out)
     }
 
@@ -129,10 +169,21 @@ impl<E: Experiment> Nitro<E> {
         let data = self.data.clone();
         let train = &data.train;
         let width = self.run.batch_size;
-        let order = EpochOrder::new(train.len(), width, self.run.seed)?;
+        let order =
+            EpochOrder::new(train.len(), width, self.run.seed)?.with_short_batch(self.short_batch);
         let batches = order.batches_per_epoch();
         let names: Vec<String> = self.layout.fields.iter().map(|(n, _)| n.clone()).collect();
         let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let fields = train.as_fields();
+        let columns = names
+            .iter()
+            .map(|f| {
+                fields.get(f).ok_or_else(|| RunError::BatchField {
+                    field: f.clone(),
+                    reason: "routed but absent from the training split".into(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let mut store = self.open_store()?;
         let display = self.display();
         let every = self.run.checkpointer.every_steps;
@@ -145,18 +196,24 @@ impl<E: Experiment> Nitro<E> {
             while self.position.batch < batches {
                 let window = (batches - self.position.batch).min(self.run.accum);
                 let mut micro = Vec::with_capacity(self.run.accum);
+                let mut real = vec![0; self.run.accum];
                 let mut arrays = Vec::new();
-                for i in 0..self.run.accum {
+                for (i, real_i) in real.iter_mut().enumerate() {
                     let slot = order
                         .slot_in(&perm, self.position.batch + i.min(window - 1))
                         .expect("positions below batches_per_epoch have a slot");
-                    let batch = train.gather(&slot.indices, &name_refs)?;
-                    for f in &names {
-                        arrays.push(to_array(f, batch.require(f)?)?);
+                    for (f, column) in names.iter().zip(&columns) {
+                        arrays.push(gather_array(f, column, &slot.indices)?);
                     }
-                    micro.push(batch);
+                    if i < window {
+                        *real_i = slot.real;
+                    }
+                    // Host batches only for host-side train metrics.
+                    if !self.train_metrics.is_empty() {
+                        micro.push(train.gather(&slot.indices, &name_refs)?);
+                    }
                 }
-                let hyper = self.hyper_inputs(self.position.step, window)?;
+                let hyper = self.hyper_inputs(self.position.step, &real)?;
                 let t0 = Instant::now();
                 let out = self.run_program(&compiled, true, hyper, arrays)?;
                 report.program_time += t0.elapsed();
@@ -174,12 +231,20 @@ impl<E: Experiment> Nitro<E> {
                     let outputs = outputs_of(&compiled, out, "", width);
                     for (i, batch) in micro.iter().enumerate().take(window) {
                         let prefix = format!("out{i}.");
+                        // Metrics never see a padded row.
                         let mine = outputs
                             .iter()
                             .filter_map(|(k, v)| {
-                                Some((k.strip_prefix(&prefix)?.to_string(), v.clone()))
+                                Some((k.strip_prefix(&prefix)?.to_string(), slice_rows(v, real[i])))
                             })
                             .collect();
+                        let sliced;
+                        let batch = if real[i] < width {
+                            sliced = batch.slice_rows(0, real[i])?;
+                            &sliced
+                        } else {
+                            batch
+                        };
                         for m in &self.train_metrics {
                             let (s, c) = m.compute(&mine, batch);
                             totals.add(&m.name, s, c);
@@ -193,7 +258,9 @@ impl<E: Experiment> Nitro<E> {
                 let stop_now =
                     interrupt::take_request() || self.stop_after == Some(self.position.step);
                 if stop_now || (every > 0 && self.position.step % every == 0) {
+                    let t0 = Instant::now();
                     let path = self.save_checkpoint(&mut store, &BTreeMap::new())?;
+                    report.checkpoint_time += t0.elapsed();
                     last_saved = Some(self.position.step);
                     if stop_now {
                         display.line(&format!(
@@ -214,9 +281,11 @@ impl<E: Experiment> Nitro<E> {
                 }
             }
             if let Some(val) = &data.val {
+                let t0 = Instant::now();
                 for (k, v) in self.evaluate_set(val)? {
                     metrics.insert(format!("val_{k}"), v);
                 }
+                report.eval_time += t0.elapsed();
             }
             let line = metrics
                 .iter()
@@ -240,7 +309,9 @@ impl<E: Experiment> Nitro<E> {
                 .is_some_and(|s| s.should_stop(epoch, &metrics));
             let last = stop || self.position.epoch >= self.run.max_epochs;
             if self.run.checkpointer.every_epoch || last {
+                let t0 = Instant::now();
                 self.save_checkpoint(&mut store, &metrics)?;
+                report.checkpoint_time += t0.elapsed();
                 last_saved = Some(self.position.step);
             }
             if stop {
@@ -251,7 +322,9 @@ impl<E: Experiment> Nitro<E> {
             }
         }
         if last_saved != Some(self.position.step) && self.position.step > 0 {
+            let t0 = Instant::now();
             self.save_checkpoint(&mut store, &BTreeMap::new())?;
+            report.checkpoint_time += t0.elapsed();
         }
         display.finish();
         report.steps = self.position.step;

@@ -130,6 +130,15 @@ fn padded_evaluation_equals_unpadded() {
     assert_eq!(padded_out["output"].shape(), [10, 3]);
     assert_eq!(exact_out["output"], padded_out["output"]);
     assert_eq!(exact_metrics["acc"], padded_metrics["acc"]);
+    // The loss is exact too: padded rows carry weight 0 (3+3+3+1 and 4+4+2).
+    for width in [3, 4] {
+        let (_, m) = run(width);
+        let (a, b) = (exact_metrics["loss"], m["loss"]);
+        assert!(
+            (a - b).abs() < 1e-6 * a.abs().max(1.0),
+            "width {width}: {a} vs {b}"
+        );
+    }
 }
 
 #[test]

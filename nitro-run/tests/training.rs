@@ -4,7 +4,7 @@
 mod common;
 
 use common::{bits, tiny, Knobs};
-use nitro_run::{Nitro, Optimizer, RunError, Schedule};
+use nitro_run::{Nitro, Optimizer, RunError, Schedule, ShortBatch};
 
 fn quiet() {
     nitro_run::set_config_report(false);
@@ -280,4 +280,136 @@ fn resume_with_a_changed_graph_const_names_the_field() {
     let mut other = Nitro::new(e).unwrap();
     let err = other.resume().unwrap_err().to_string();
     assert!(err.contains("`width`") && err.contains("8 -> 16"), "{err}");
+}
+
+#[test]
+fn a_padded_with_mask_final_batch_updates_exactly_like_its_real_samples() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let run = |n: usize, batch: usize, short: ShortBatch, optimizer: Optimizer| {
+        let mut e = tiny(d.path());
+        e.n = n;
+        e.batch = batch;
+        e.epochs = 1;
+        e.knobs = Knobs {
+            optimizer: Some(optimizer),
+            short,
+            ..Knobs::default()
+        };
+        let mut nitro = Nitro::new(e).unwrap();
+        let r = nitro.train().unwrap();
+        let train_steps = nitro
+            .compile_log()
+            .iter()
+            .filter(|w| w.contains("train_step"))
+            .count();
+        assert!(train_steps <= 1, "one program: {:?}", nitro.compile_log());
+        (params_f32(&nitro), r.steps)
+    };
+    for optimizer in [Optimizer::sgd(0.5), Optimizer::adam(0.01)] {
+        for real in [1, 3] {
+            // One update on `real` samples padded to width 4, against the
+            // same samples in an unpadded batch of width `real`.
+            let (padded, s1) = run(real, 4, ShortBatch::PadWithMask, optimizer);
+            let (exact, s2) = run(real, real, ShortBatch::Drop, optimizer);
+            assert_eq!((s1, s2), (1, 1));
+            for (x, y) in padded.iter().flatten().zip(exact.iter().flatten()) {
+                assert!((x - y).abs() < 1e-5, "real {real}: {x} vs {y}");
+            }
+        }
+    }
+    // 10 samples at width 4: 4 + 4 + 2 (padded) is three updates, one program.
+    let (_, steps) = run(10, 4, ShortBatch::PadWithMask, Optimizer::sgd(0.1));
+    assert_eq!(steps, 3);
+}
+
+#[test]
+fn a_partial_accumulation_window_is_normalised_by_its_real_size() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    // 12 samples at width 4 with accum 2: windows of 2 and 1 micro-batches.
+    // The same samples at width 8 (PadWithMask, exact): batches of 8 and 4.
+    // Equal updates need the partial window weighted 1/1, not 1/accum.
+    let run = |batch: usize, accum: usize, short: ShortBatch| {
+        let mut e = tiny(d.path());
+        e.n = 12;
+        e.batch = batch;
+        e.accum = accum;
+        e.epochs = 1;
+        e.knobs = Knobs {
+            optimizer: Some(Optimizer::sgd(0.5)),
+            short,
+            ..Knobs::default()
+        };
+        let mut n = Nitro::new(e).unwrap();
+        let r = n.train().unwrap();
+        (params_f32(&n), r.steps)
+    };
+    let (windows, s1) = run(4, 2, ShortBatch::Drop);
+    let (wide, s2) = run(8, 1, ShortBatch::PadWithMask);
+    assert_eq!((s1, s2), (2, 2));
+    for (x, y) in windows.iter().flatten().zip(wide.iter().flatten()) {
+        assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+    }
+}
+
+fn saved_steps(dir: &std::path::Path) -> Vec<u64> {
+    let mut steps: Vec<u64> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|f| {
+            let name = f.ok()?.file_name().into_string().ok()?;
+            name.strip_prefix("ckpt-")?
+                .strip_suffix(".nckpt")?
+                .parse()
+                .ok()
+        })
+        .collect();
+    steps.sort();
+    steps
+}
+
+#[test]
+fn checkpoints_rotate_keep_last_n_and_best_m() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let mut e = tiny(d.path());
+    e.epochs = 1;
+    e.knobs.every_steps = 1;
+    e.knobs.keep_last = Some(2);
+    let mut n = Nitro::new(e).unwrap();
+    n.train().unwrap();
+    assert_eq!(saved_steps(d.path()), [9, 10], "the newest 2 of 10");
+
+    let d = tempfile::tempdir().unwrap();
+    let mut e = tiny(d.path());
+    e.epochs = 4;
+    e.knobs.val = 12;
+    e.knobs.optimizer = Some(Optimizer::sgd(2.0)); // a bumpy val_loss
+    e.knobs.keep_last = Some(1);
+    e.knobs.best = Some(("val_loss".into(), 1, false));
+    let mut n = Nitro::new(e).unwrap();
+    n.train().unwrap();
+    let (epoch, _) = n
+        .history()
+        .iter()
+        .min_by(|a, b| a.1["val_loss"].total_cmp(&b.1["val_loss"]))
+        .unwrap();
+    let mut expected = vec![(epoch + 1) * 10, 40];
+    expected.dedup();
+    assert_eq!(saved_steps(d.path()), expected, "newest + best by val_loss");
+}
+
+#[test]
+fn a_device_value_restored_on_resume_is_written_back() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let mut n = Nitro::new(tiny(d.path())).unwrap();
+    n.set_device("temperature", 2.5f32).unwrap();
+    n.stop_after(3);
+    n.train().unwrap();
+    let mut resumed = Nitro::new(tiny(d.path())).unwrap();
+    assert_eq!(resumed.device_value::<f32>("temperature").unwrap(), 1.0);
+    resumed.resume().unwrap().unwrap();
+    assert_eq!(resumed.device_value::<f32>("temperature").unwrap(), 2.5);
+    assert_eq!(*resumed.experiment().temperature, 2.5);
 }

@@ -109,13 +109,10 @@ pub fn compile_graph(mut graph: Graph, options: CompileOptions) -> Result<Progra
     let sched: Schedule = schedule(&graph);
     let memory = plan(&graph, &sched, &donate);
     let exe = CpuExecutable::new(&graph, &sched);
-    let donated: Vec<usize> = donate.iter().map(|&(_, o)| o).collect();
-    let returned = graph
-        .outputs
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !donated.contains(i))
-        .map(|(_, (n, _))| n.clone())
+    let returned = memory
+        .returned_outputs(&graph)
+        .into_iter()
+        .map(|o| graph.outputs[o].0.clone())
         .collect();
     let stats = ProgramStats {
         nodes: graph.nodes.len(),

@@ -7,6 +7,7 @@
 //! - [`layers`]: Lux-style layers (`init` a params tree, `apply` to traced inputs), `Chain`
 //! - [`optim`]: SGD (momentum, Nesterov), Adam, AdamW as graph updates
 //! - [`init`]: a seeded host RNG for parameter initialisation
+//! - [`zoo`]: the benchmark MLP and LeNet-5 as ready-made chains
 //! - [`train`]: [`train::AdamStep`], a whole classifier step in one program
 
 pub mod conv;
@@ -16,5 +17,6 @@ pub mod loss;
 pub mod ops;
 pub mod optim;
 pub mod train;
+pub mod zoo;
 
 pub use layers::{Chain, Conv2d, Dense, Embedding, Layer, LayerNorm, Params};

@@ -24,7 +24,7 @@ use super::loss::softmax_cross_entropy;
 use super::optim::{adam, AdamHyper};
 use crate::error::Result;
 use crate::exec::{Array, CompileOptions, Program};
-use crate::ir::TensorSpec;
+use crate::ir::{Graph, TensorSpec};
 use crate::trace::{trace, Tensor};
 use nitro_device::DType;
 
@@ -41,11 +41,30 @@ pub struct AdamStep {
     trace_ms: f64,
 }
 
-impl AdamStep {
-    /// Trace and compile the step for inputs of shape `x` (batch first) and
-    /// integer labels `[batch]`, with learning rate `lr` (betas 0.9/0.999,
-    /// eps 1e-8, no weight decay; see [`AdamStep::set_hyper`]).
-    pub fn new(model: &dyn Layer, params: Params<Array>, x: &[usize], lr: f32) -> Result<AdamStep> {
+/// The traced step and what it needs to run, before any backend sees it.
+pub struct AdamStepGraph {
+    /// The traced forward + backward + update graph.
+    pub graph: Graph,
+    /// Its name and donations (params, first and second moments).
+    pub options: CompileOptions,
+    /// Initial arguments: params, zero moments, zero batch, hyperparameters.
+    pub args: Vec<Array>,
+    /// Parameter paths, in argument order.
+    pub names: Vec<String>,
+    /// Milliseconds spent tracing (and differentiating).
+    pub trace_ms: f64,
+}
+
+impl AdamStepGraph {
+    /// Trace the step for inputs of shape `x` (batch first) and integer
+    /// labels `[batch]`, with learning rate `lr` (betas 0.9/0.999, eps 1e-8,
+    /// no weight decay). Compile the graph for any backend.
+    pub fn trace(
+        model: &dyn Layer,
+        params: &Params<Array>,
+        x: &[usize],
+        lr: f32,
+    ) -> Result<AdamStepGraph> {
         if x.is_empty() {
             return Err(crate::GraphError::shape(
                 "AdamStep",
@@ -103,7 +122,6 @@ impl AdamStep {
                 options = options.donate(&format!("{prefix}.{n}"), &format!("new.{prefix}.{n}"));
             }
         }
-        let program = crate::exec::compile_graph(graph, options)?;
         let mut args: Vec<Array> = names.iter().map(|n| params[n].clone()).collect();
         for _ in 0..2 {
             args.extend(names.iter().map(|n| Array::zeros(params[n].spec())));
@@ -111,6 +129,33 @@ impl AdamStep {
         args.push(Array::zeros(&TensorSpec::f32(x)));
         args.push(Array::zeros(&TensorSpec::new(DType::I32, &x[..1])));
         args.extend([lr, 0.9, 0.999, 1e-8, 0.0, 0.0].map(Array::scalar_f32));
+        Ok(AdamStepGraph {
+            graph,
+            options,
+            args,
+            names,
+            trace_ms,
+        })
+    }
+
+    /// Index of the batch input `x` among the arguments (`y` follows it,
+    /// then the hyperparameters, the update count last).
+    pub fn x_index(&self) -> usize {
+        3 * self.names.len()
+    }
+}
+
+impl AdamStep {
+    /// Trace and compile the step on the CPU (see [`AdamStepGraph::trace`]).
+    pub fn new(model: &dyn Layer, params: Params<Array>, x: &[usize], lr: f32) -> Result<AdamStep> {
+        let AdamStepGraph {
+            graph,
+            options,
+            args,
+            names,
+            trace_ms,
+        } = AdamStepGraph::trace(model, &params, x, lr)?;
+        let program = crate::exec::compile_graph(graph, options)?;
         Ok(AdamStep {
             program,
             args,

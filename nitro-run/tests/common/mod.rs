@@ -16,6 +16,10 @@ use nitro_run::{
     Progress, Schedule, Stopper,
 };
 
+/// When non-zero, `accum()` returns this instead of the field: an accessor
+/// whose value drifts after construction (tests/report.rs only).
+pub static ACCUM_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Run settings that are not config values.
 #[derive(Debug, Clone, Default)]
 pub struct Knobs {
@@ -25,6 +29,10 @@ pub struct Knobs {
     pub stop_on: Option<(String, u64)>,
     pub every_steps: u64,
     pub val: usize,
+    pub short: nitro_run::ShortBatch,
+    pub keep_last: Option<usize>,
+    pub best: Option<(String, usize, bool)>,
+    pub every_epoch: Option<bool>,
 }
 
 #[derive(Experiment, Debug)]
@@ -129,7 +137,13 @@ impl nitro_run::Experiment for Tiny {
         self.batch
     }
     fn accum(&self) -> usize {
-        self.accum
+        match ACCUM_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => self.accum,
+            drifted => drifted,
+        }
+    }
+    fn short_batch(&self) -> nitro_run::ShortBatch {
+        self.knobs.short
     }
     fn max_epochs(&self) -> u64 {
         self.epochs
@@ -151,9 +165,12 @@ impl nitro_run::Experiment for Tiny {
         Some(Box::new(Patience::min(&metric, patience)))
     }
     fn checkpointer(&self) -> Checkpointer {
+        let default = Checkpointer::default();
         Checkpointer {
             every_steps: self.knobs.every_steps,
-            ..Checkpointer::default()
+            keep_last: self.knobs.keep_last.unwrap_or(default.keep_last),
+            best: self.knobs.best.clone(),
+            every_epoch: self.knobs.every_epoch.unwrap_or(default.every_epoch),
         }
     }
     fn logger(&self) -> Logger {

@@ -85,16 +85,7 @@ impl CpuExecutable {
             .iter()
             .map(|&(d, n)| HostBuffer::zeros(d, n))
             .collect();
-        let literals = plan
-            .literals
-            .iter()
-            .map(|&id| {
-                let Op::Literal { values, .. } = &graph.nodes[id].op else {
-                    unreachable!("literal")
-                };
-                HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype)
-            })
-            .collect();
+        let literals = plan.literal_values(graph);
         Workspace { slots, literals }
     }
 
@@ -168,18 +159,10 @@ impl CpuExecutable {
                 }
             }
         }
-        let donated: Vec<usize> = plan
-            .in_place
-            .iter()
-            .chain(&plan.swapped)
-            .map(|&(_, o)| o)
-            .collect();
-        graph
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !donated.contains(i))
-            .map(|(_, &(_, node))| {
+        plan.returned_outputs(graph)
+            .into_iter()
+            .map(|o| {
+                let node = graph.outputs[o].1;
                 let data = self.read(plan.storage[node], inputs, ws).clone();
                 Array::new(&graph.nodes[node].spec.shape, data)
                     .expect("planned buffers match their specs")

@@ -14,7 +14,7 @@ use super::codegen::{Arg, CudaSource, Step};
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::{MemoryPlan, Storage};
 use nitro_device::cuda::{CudaBuffer, CudaDevice, CudaKernel, GemmShape, GemmTypes, KernelArg};
-use nitro_device::{DType, DeviceError, HostBuffer};
+use nitro_device::{DType, DeviceError};
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -88,15 +88,9 @@ impl CudaExecutable {
             .map(|&(d, n)| self.device.alloc(d, n))
             .collect::<Result<_, _>>()?;
         let literals = plan
-            .literals
+            .literal_values(graph)
             .iter()
-            .map(|&id| {
-                let Op::Literal { values, .. } = &graph.nodes[id].op else {
-                    unreachable!("literal")
-                };
-                let host = HostBuffer::F64(values.clone()).cast(graph.nodes[id].spec.dtype);
-                self.device.upload(&host)
-            })
+            .map(|host| self.device.upload(host))
             .collect::<Result<_, _>>()?;
         Ok(Workspace { slots, literals })
     }
@@ -144,18 +138,9 @@ impl CudaExecutable {
                 Storage::Virtual => unreachable!("outputs are always stored"),
             }
         }
-        let donated: Vec<usize> = plan
-            .in_place
-            .iter()
-            .chain(&plan.swapped)
-            .map(|&(_, o)| o)
-            .collect();
-        graph
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !donated.contains(i))
-            .map(|(_, &(_, node))| match plan.storage[node] {
+        plan.returned_outputs(graph)
+            .into_iter()
+            .map(|o| match plan.storage[graph.outputs[o].1] {
                 Storage::Input(i) => inputs[i].try_clone(),
                 Storage::Literal(l) => ws.literals[l].try_clone(),
                 Storage::Slot(s) => ws.slots[s].try_clone(),

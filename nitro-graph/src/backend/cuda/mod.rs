@@ -219,24 +219,16 @@ impl CudaProgram {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(backend)?;
         let outs = self.run_device(&mut bufs)?;
-        for &(input, _) in self.plan.in_place.iter().chain(&self.plan.swapped) {
+        for &(input, _) in self.plan.donations() {
             *inputs[input].data_mut() = bufs[input].download().map_err(backend)?;
         }
         let graph = self.program.graph();
-        let donated: Vec<usize> = self
-            .plan
-            .in_place
-            .iter()
-            .chain(&self.plan.swapped)
-            .map(|&(_, o)| o)
-            .collect();
-        graph
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !donated.contains(i))
+        self.plan
+            .returned_outputs(graph)
+            .into_iter()
+            .map(|o| &graph.outputs[o])
             .zip(outs)
-            .map(|((_, &(_, node)), buf)| {
+            .map(|(&(_, node), buf)| {
                 Array::new(
                     &graph.nodes[node].spec.shape,
                     buf.download().map_err(backend)?,

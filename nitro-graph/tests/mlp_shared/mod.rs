@@ -1,6 +1,6 @@
-//! Programs shared by the CUDA tests: the MLP train step of
-//! `mlp_train_step.rs` (forward, softmax cross-entropy, backward, Adam,
-//! params and moments donated) and its deterministic arguments.
+//! The MLP train step shared by `mlp_train_step.rs` and the CUDA tests
+//! (forward, softmax cross-entropy, backward, Adam, params and moments
+//! donated) and its deterministic arguments.
 #![allow(dead_code)]
 
 use nitro_graph::nn::loss::softmax_cross_entropy;

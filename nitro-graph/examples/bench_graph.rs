@@ -4,10 +4,9 @@
 //! `mlp_predict`); none runs all.
 
 use nitro_graph::nn::init::InitRng;
-use nitro_graph::nn::layers::{
-    Activation, Chain, Conv2d, Dense, Flatten, Layer, MaxPool2d, Params,
-};
+use nitro_graph::nn::layers::{Chain, Layer, Params};
 use nitro_graph::nn::train::AdamStep;
+use nitro_graph::nn::zoo;
 use nitro_graph::{compile, Array, CompileOptions, TensorSpec};
 use std::time::Instant;
 
@@ -62,36 +61,7 @@ fn bench_sgemm() {
 }
 
 fn mlp() -> Chain {
-    Chain::new()
-        .push(Dense::new(784, 512).with(Activation::Relu))
-        .push(Dense::new(512, 512).with(Activation::Relu))
-        .push(Dense::new(512, 10))
-}
-
-fn lenet() -> Chain {
-    Chain::new()
-        .push(Conv2d {
-            input: 1,
-            output: 6,
-            kernel: 5,
-            stride: 1,
-            padding: 0,
-        })
-        .push(Activation::Relu)
-        .push(MaxPool2d(2))
-        .push(Conv2d {
-            input: 6,
-            output: 16,
-            kernel: 5,
-            stride: 1,
-            padding: 0,
-        })
-        .push(Activation::Relu)
-        .push(MaxPool2d(2))
-        .push(Flatten)
-        .push(Dense::new(256, 120).with(Activation::Relu))
-        .push(Dense::new(120, 84).with(Activation::Relu))
-        .push(Dense::new(84, 10))
+    zoo::mlp(&[784, 512, 512, 10])
 }
 
 fn labels(n: usize) -> Array {
@@ -176,7 +146,7 @@ fn main() {
     }
     if run("cnn_train_step") {
         eprintln!("bench: cnn_train_step");
-        bench_step("cnn_train_step", lenet(), &[128, 1, 28, 28], 20);
+        bench_step("cnn_train_step", zoo::lenet5(), &[128, 1, 28, 28], 20);
     }
     if run("mlp_predict") {
         eprintln!("bench: mlp_predict");

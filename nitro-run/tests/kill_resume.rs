@@ -1,0 +1,106 @@
+//! Kill-and-resume bit identity with a real process: this test binary
+//! re-executes itself as a child (an environment switch picks the child's
+//! entry point), the child trains with a checkpoint every 3 updates, the
+//! parent SIGKILLs it mid-run once a checkpoint exists, resumes from the
+//! newest checkpoint and compares every parameter bit for bit with an
+//! uninterrupted run to the same step.
+
+mod common;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bits, tiny, Tiny};
+use nitro_run::{Nitro, Optimizer};
+
+const CHILD_DIR: &str = "NITRO_KILL_RESUME_CHILD_DIR";
+
+/// 40 samples at width 4: 10 updates per epoch; a checkpoint every 3
+/// updates (never at an epoch end on its own), and far more epochs than the
+/// child lives for.
+fn experiment(dir: &Path) -> Tiny {
+    let mut e = tiny(dir);
+    e.epochs = 1000;
+    e.knobs.optimizer = Some(Optimizer::adam(0.01));
+    e.knobs.every_steps = 3;
+    e.knobs.every_epoch = Some(false);
+    e.knobs.keep_last = Some(2);
+    e
+}
+
+fn checkpoints(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|f| f.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with("ckpt-") && n.ends_with(".nckpt"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The child's entry point; a no-op unless the parent set `CHILD_DIR`.
+#[test]
+fn child_trains_until_killed() {
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    nitro_run::set_config_report(false);
+    let mut n = Nitro::new(experiment(Path::new(&dir))).unwrap();
+    n.train().unwrap();
+}
+
+#[test]
+fn a_sigkilled_run_resumes_bit_identical() {
+    nitro_run::set_config_report(false);
+    let (dir, reference) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_trains_until_killed", "--test-threads=1"])
+        .env(CHILD_DIR, dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while checkpoints(dir.path()).is_empty() {
+        let exited = child.try_wait().unwrap();
+        if exited.is_some() || Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the child wrote no checkpoint (exit: {exited:?})");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Let it run on a little, so the kill lands mid-step, mid-epoch.
+    std::thread::sleep(Duration::from_millis(15));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the child must still be training"
+    );
+    child.kill().unwrap(); // SIGKILL on Unix
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status:?}");
+
+    let mut resumed = Nitro::new(experiment(dir.path())).unwrap();
+    let from = resumed
+        .resume()
+        .unwrap()
+        .expect("a checkpoint to resume from");
+    let step = resumed.step();
+    assert!(
+        step > 0 && step % 3 == 0,
+        "resumed at step {step} from {}",
+        from.display()
+    );
+    let target = step + 7; // ends mid-epoch too
+    resumed.stop_after(target);
+    assert!(resumed.train().unwrap().interrupted);
+
+    let mut full = Nitro::new(experiment(reference.path())).unwrap();
+    full.stop_after(target);
+    full.train().unwrap();
+    assert_eq!(full.step(), target);
+    assert_eq!(bits(&resumed), bits(&full), "every parameter bit for bit");
+}
