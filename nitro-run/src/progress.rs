@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::experiment::{Experiment, Progress};
+use crate::experiment::{Experiment, Logger, Progress};
 use crate::handle::Nitro;
 use crate::metrics_log::{write_config, MetricsLog};
 use crate::schedule::Schedule;
@@ -41,8 +41,9 @@ impl LrCurve {
 pub(crate) struct Display {
     view: View,
     log: RefCell<Option<MetricsLog>>,
-    lr: LrCurve,
-    samples_per_step: f64,
+    lr: Option<LrCurve>,
+    /// Samples per update, when known: throughput is then samples/s.
+    samples_per_step: Option<f64>,
     total: u64,
     start_step: u64,
     started: Instant,
@@ -87,11 +88,31 @@ impl<E: Experiment> Nitro<E> {
                 None
             }
         };
+        let mut display = Display::new(&run.logger, run.total, self.position.step);
+        display.log = RefCell::new(log);
+        display.lr = Some(LrCurve {
+            schedule: self
+                .scheduled
+                .iter()
+                .find(|(t, _)| t == "lr")
+                .map(|(_, s)| *s),
+            base: run.optimizer.lr(),
+            total: run.total,
+        });
+        display.samples_per_step = Some((run.batch_size * run.accum) as f64);
+        display
+    }
+}
+
+impl Display {
+    /// A display of `total` steps, `done` of them already done, with no
+    /// metrics log, learning rate or sample count (the step API's loop).
+    pub fn new(logger: &Logger, total: u64, done: u64) -> Display {
         let tty = std::io::stderr().is_terminal();
-        let view = match run.logger.progress {
+        let view = match logger.progress {
             Progress::Off => View::Off,
             Progress::Auto if tty => {
-                let bar = ProgressBar::new(run.total).with_position(self.position.step);
+                let bar = ProgressBar::new(total).with_position(done);
                 bar.set_style(
                     ProgressStyle::with_template(
                         "{spinner} epoch {prefix} [{bar:30}] {pos}/{len} {per_sec} eta {eta} {msg}",
@@ -102,30 +123,20 @@ impl<E: Experiment> Nitro<E> {
                 View::Bar(bar)
             }
             _ => View::Lines {
-                every: run.logger.every.max(1),
+                every: logger.every.max(1),
             },
         };
         Display {
             view,
-            log: RefCell::new(log),
-            lr: LrCurve {
-                schedule: self
-                    .scheduled
-                    .iter()
-                    .find(|(t, _)| t == "lr")
-                    .map(|(_, s)| *s),
-                base: run.optimizer.lr(),
-                total: run.total,
-            },
-            samples_per_step: (run.batch_size * run.accum) as f64,
-            total: run.total,
-            start_step: self.position.step,
+            log: RefCell::new(None),
+            lr: None,
+            samples_per_step: None,
+            total,
+            start_step: done,
             started: Instant::now(),
         }
     }
-}
 
-impl Display {
     fn with_log(&self, f: impl FnOnce(&mut MetricsLog) -> std::io::Result<()>) {
         let mut slot = self.log.borrow_mut();
         if let Some(log) = slot.as_mut() {
@@ -138,24 +149,31 @@ impl Display {
 
     /// After update `step` (1-based) of `epoch` (0-based).
     pub fn step(&self, step: u64, epoch: u64, loss: f64) {
-        let lr = self.lr.at(step);
+        let lr = self.lr.as_ref().map(|c| c.at(step));
         let elapsed = self.started.elapsed();
         let done = step.saturating_sub(self.start_step);
-        let per_s = done as f64 * self.samples_per_step / elapsed.as_secs_f64().max(1e-9);
-        self.with_log(|log| log.step(step, epoch + 1, loss, lr, per_s));
+        let steps_per_s = done as f64 / elapsed.as_secs_f64().max(1e-9);
+        let per_s = steps_per_s * self.samples_per_step.unwrap_or(1.0);
+        self.with_log(|log| log.step(step, epoch + 1, loss, lr.unwrap_or(f64::NAN), per_s));
+        let lr_text = lr.map(|lr| format!("  lr {lr:.2e}")).unwrap_or_default();
         match &self.view {
             View::Bar(bar) => {
                 bar.set_position(step);
                 bar.set_prefix((epoch + 1).to_string());
                 if step % 10 == 0 {
-                    bar.set_message(format!("loss {loss:.4}  lr {lr:.2e}"));
+                    bar.set_message(format!("loss {loss:.4}{lr_text}"));
                 }
             }
             View::Lines { every } if step % every == 0 || step == self.total => {
                 let left = self.total.saturating_sub(step) as f64;
                 let eta = elapsed.mul_f64(left / done.max(1) as f64);
+                let unit = if self.samples_per_step.is_some() {
+                    "samples"
+                } else {
+                    "steps"
+                };
                 eprintln!(
-                    "step {step}/{}  epoch {}  loss {loss:.4}  lr {lr:.2e}  {per_s:.0} samples/s  eta {}",
+                    "step {step}/{}  epoch {}  loss {loss:.4}{lr_text}  {per_s:.0} {unit}/s  eta {}",
                     self.total,
                     epoch + 1,
                     seconds(eta)
