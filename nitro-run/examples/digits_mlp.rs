@@ -2,15 +2,17 @@
 //! the Experiment API.
 //!
 //! ```text
-//! cargo run --release -p nitro-run --example digits_mlp            # fresh run
-//! cargo run --release -p nitro-run --example digits_mlp -- width=512 max_epochs=4
-//! cargo run --release -p nitro-run --example digits_mlp -- --resume
+//! cargo run --release -p nitro-run --example digits_mlp            # train with defaults
+//! cargo run --release -p nitro-run --example digits_mlp -- --help  # fields, commands
+//! cargo run --release -p nitro-run --example digits_mlp -- train --set width=512 --max-epochs 4
+//! cargo run --release -p nitro-run --example digits_mlp -- resume
+//! cargo run --release -p nitro-run --example digits_mlp -- --preset quick show-config
 //! ```
 //!
-//! Checkpoints go to `runs/digits_mlp`; the last line is `test accuracy: X`.
+//! Checkpoints, metrics and plots go to `runs/digits_mlp`; the last line a
+//! training command prints is `test accuracy: X`.
 
 use std::path::PathBuf;
-use std::time::Instant;
 
 use nitro_data::digits::{generate, DigitsConfig};
 use nitro_data::Splits;
@@ -18,13 +20,12 @@ use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
 use nitro_graph::Tensor;
-use nitro_markers::{Device, Experiment, ExperimentFields, Fields, GraphConst};
-use nitro_run::{
-    Checkpointer, Distributed, HookError, Metric, ModelParts, Nitro, Optimizer, Schedule,
-};
+use nitro_markers::{Device, Experiment, Fields, GraphConst, Preset};
+use nitro_run::{Checkpointer, Distributed, HookError, Metric, ModelParts, Optimizer, Schedule};
 
 /// A one-hidden-layer classifier for 28x28 digits.
 #[derive(Experiment, Debug)]
+#[experiment(presets = presets)]
 struct DigitsMlp {
     /// Hidden width (structural: changing it recompiles).
     #[experiment(default = 256)]
@@ -44,6 +45,22 @@ struct DigitsMlp {
     /// Training samples.
     #[experiment(default = 20000)]
     n_train: usize,
+    /// Validation and test samples (each).
+    #[experiment(default = 5000)]
+    n_eval: usize,
+}
+
+/// Named configurations (`--preset NAME`); `--set` overrides win.
+fn presets() -> Vec<Preset> {
+    vec![
+        // A smoke run: seconds, even in a debug build.
+        Preset::new("quick")
+            .set("width", 32usize)
+            .set("n_train", 1024usize)
+            .set("n_eval", 512usize)
+            .set("max_epochs", 1u64),
+        Preset::new("wide").set("width", 1024usize),
+    ]
 }
 
 /// What `forward` takes.
@@ -80,8 +97,8 @@ impl nitro_run::Experiment for DigitsMlp {
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(generate(&DigitsConfig {
             train: self.n_train,
-            val: 5000,
-            test: 5000,
+            val: self.n_eval,
+            test: self.n_eval,
             seed: 0,
         })?)
     }
@@ -106,7 +123,10 @@ impl nitro_run::Experiment for DigitsMlp {
     }
 
     fn metrics(&self) -> Vec<Metric> {
-        vec![Metric::accuracy("output", "label")]
+        // Named `accuracy`, so the last line a run prints reads `test accuracy: X`.
+        let mut accuracy = Metric::accuracy("output", "label");
+        accuracy.name = "accuracy".into();
+        vec![accuracy]
     }
 
     fn batch_size(&self) -> usize {
@@ -134,42 +154,12 @@ impl nitro_run::Experiment for DigitsMlp {
     }
     fn checkpointer(&self) -> Checkpointer {
         Checkpointer {
-            best: Some(("val_acc".into(), 1, true)),
+            best: Some(("val_accuracy".into(), 1, true)),
             ..Checkpointer::default()
         }
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let resume = args.iter().any(|a| a == "--resume");
-    let overrides: Vec<&str> = args
-        .iter()
-        .filter(|a| a.contains('='))
-        .map(String::as_str)
-        .collect();
-    let mut e = DigitsMlp::defaults();
-    e.apply_text_overrides(&overrides)?;
-    let started = Instant::now();
-    let mut n = Nitro::new(e)?;
-    eprintln!("setup: {:.2}s", started.elapsed().as_secs_f64());
-    if resume {
-        if let Some(path) = n.resume()? {
-            eprintln!("resumed from {}", path.display());
-        }
-    } else {
-        // A fresh run: old checkpoints would otherwise mix with this run's.
-        let _ = std::fs::remove_dir_all(n.run_values().run_dir.clone());
-    }
-    let report = n.train()?;
-    let test = n.evaluate("test")?;
-    eprintln!(
-        "trained {} steps in {:.1}s ({:.0}% inside the compiled step); test loss {:.4}",
-        report.steps,
-        report.wall_time.as_secs_f64(),
-        100.0 * report.program_time.as_secs_f64() / report.wall_time.as_secs_f64().max(1e-9),
-        test["loss"]
-    );
-    println!("test accuracy: {:.4}", test["acc"]);
-    Ok(())
+fn main() {
+    nitro_run::cli::main::<DigitsMlp>()
 }

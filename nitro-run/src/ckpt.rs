@@ -181,7 +181,9 @@ impl<E: Experiment> Nitro<E> {
                 .entry(m.clone())
                 .or_insert(if *maximize { f64::MIN } else { f64::MAX });
         }
-        Ok(store.save(self.position.step, &ckpt, &metrics)?)
+        let path = store.save(self.position.step, &ckpt, &metrics)?;
+        tracing::info!(target: "nitro::ckpt", step = self.position.step, path = %path.display(), "checkpoint saved");
+        Ok(path)
     }
 
     /// Resumes from the newest checkpoint in the run directory, if any:

@@ -196,4 +196,9 @@ pub trait Experiment: ExperimentFields + 'static {
     fn logger(&self) -> Logger {
         Logger::default()
     }
+    /// The output leaves `Nitro::export` ships, by name (`logits`; a bare
+    /// tensor output is `output`). Empty (the default) ships them all.
+    fn export_outputs(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

@@ -173,6 +173,7 @@ impl<E: Experiment> Nitro<E> {
                 return Err(unknown("checkpointer (best)", metric));
             }
         }
+        tracing::info!(target: "nitro::setup", experiment = E::experiment_name(), train = data.train.len(), params = layout.params.len(), "setup done");
         Ok(Nitro {
             model: parts.model,
             params: parts.params.into_values().collect(),
@@ -383,6 +384,7 @@ impl<E: Experiment> Nitro<E> {
     pub(crate) fn program(&mut self, kind: &Kind) -> Result<Compiled> {
         let (compiled, reason) = programs::get(&self.e, &self.model, &self.layout, kind)?;
         if let Some(why) = reason {
+            tracing::info!(target: "nitro::compile", program = kind.name(), reason = %why, "compiling");
             if report_enabled() || nitro_cache::log_compiles() {
                 eprintln!("nitro: compiling {why}");
             }
@@ -663,7 +665,7 @@ pub(crate) fn outputs_of(
         .collect()
 }
 
-fn concat_outputs(mut parts: Vec<HostOutputs>) -> HostOutputs {
+pub(crate) fn concat_outputs(mut parts: Vec<HostOutputs>) -> HostOutputs {
     if parts.len() == 1 {
         return parts.pop().unwrap_or_default();
     }

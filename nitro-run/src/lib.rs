@@ -63,16 +63,21 @@
 #![warn(missing_docs)]
 
 mod ckpt;
+pub mod cli;
 mod convert;
 mod error;
 mod experiment;
+mod export;
 mod handle;
 mod interrupt;
 mod metric;
+pub mod metrics_log;
 mod optim;
+pub mod plot;
 mod programs;
 mod progress;
 mod report;
+pub mod safetensors;
 mod schedule;
 pub mod step_api;
 mod stop;
@@ -82,13 +87,19 @@ pub use error::{HookError, Result, RunError};
 pub use experiment::{
     Checkpointer, Distributed, Experiment, Logger, ModelParts, Progress, Tensors,
 };
+pub use export::{ExportError, Exported};
 pub use handle::Nitro;
 pub use interrupt::request_stop;
 pub use metric::{HostOutputs, Metric};
 pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
 pub use programs::{cache_stats, total_compiles};
-pub use report::{set_config_report, RunValues};
+pub use report::{config_table, set_config_report, RunValues};
 pub use schedule::Schedule;
 pub use stop::{Patience, Stopper};
 pub use train::{Position, TrainReport};
+
+/// The README's Rust examples, compiled as doctests so they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

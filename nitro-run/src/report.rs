@@ -74,3 +74,42 @@ impl RunValues {
         )
     }
 }
+
+/// The marker table of an experiment: one row per field with its category,
+/// type, value and doc line (what `show-config` prints and `config.txt`
+/// holds).
+pub fn config_table(experiment: &str, meta: &[nitro_markers::FieldMeta]) -> String {
+    let rows: Vec<[String; 5]> = meta
+        .iter()
+        .map(|m| {
+            [
+                m.name.to_string(),
+                format!("{:?}", m.category),
+                m.type_name.clone(),
+                m.value.to_string(),
+                m.doc.lines().next().unwrap_or("").trim().to_string(),
+            ]
+        })
+        .collect();
+    let head = ["field", "category", "type", "value", "doc"].map(String::from);
+    let mut widths = head.clone().map(|h| h.len());
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |r: &[String; 5]| {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        cells.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = format!("{experiment}\n");
+    out += &line(&head);
+    for r in &rows {
+        out += &line(r);
+    }
+    out
+}

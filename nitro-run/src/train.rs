@@ -28,7 +28,6 @@ use crate::handle::{outputs_of, slice_rows, Nitro};
 use crate::interrupt;
 use crate::metric::Totals;
 use crate::programs::Kind;
-use crate::progress::Display;
 
 /// Where a run is: updates done, and the next batch to take.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -186,7 +185,7 @@ impl<E: Experiment> Nitro<E> {
             })
             .collect::<Result<Vec<_>>>()?;
         let mut store = self.open_store()?;
-        let display = Display::new(&self.run.logger, self.run.total, self.position.step);
+        let display = self.display();
         let every = self.run.checkpointer.every_steps;
         let mut report = TrainReport::default();
         let mut last_saved = None;
@@ -299,6 +298,7 @@ impl<E: Experiment> Nitro<E> {
                 self.run.max_epochs
             ));
             self.history.push((epoch, metrics.clone()));
+            display.epoch(self.position.step, epoch, &metrics);
             self.position.epoch += 1;
             self.position.batch = 0;
             report.epochs += 1;
@@ -316,6 +316,7 @@ impl<E: Experiment> Nitro<E> {
             }
             if stop {
                 display.line(&format!("nitro: early stop after epoch {}", epoch + 1));
+                tracing::info!(target: "nitro::train", epoch = epoch + 1, step = self.position.step, "early stop");
                 report.early_stopped = true;
                 break;
             }

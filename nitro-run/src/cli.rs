@@ -1,0 +1,449 @@
+//! The standard command line of any experiment:
+//! `fn main() { nitro_run::cli::main::<MyExp>() }`.
+//!
+//! ```text
+//! my_exp [COMMAND] [--preset NAME] [--set field=value]... [--run-dir DIR]
+//!        [--device cpu|cuda[:N]] [--max-epochs N] [--quiet]
+//!
+//! train          train from scratch (the default command)
+//! resume         continue from the newest checkpoint in the run directory
+//! eval           evaluate the newest checkpoint on a split
+//! predict        forward outputs for a split or a safetensors batch
+//! export         write the predict program for serving (`Exported::load`)
+//! export-params  write the params as safetensors
+//! import-params  load params from safetensors and save them as a checkpoint
+//! show-config    print the marker table with the values this run would use
+//! presets        list the named configurations
+//! plot           write PNG plots of a run directory's metrics
+//! ```
+//!
+//! `--help` lists every field of the experiment with its category, type,
+//! default and doc line. `--set` values are parsed by the field's type
+//! (the markers' override parser), so `--set width=abc` fails naming the
+//! field, the value and the type expected. Set `RUST_LOG=nitro=info` for
+//! the tracing events (setup, compiles with their reason, checkpoints,
+//! early stops).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use nitro_data::{Batch, HostArray};
+use nitro_graph::{Array, Device, HostBuffer};
+use nitro_markers::Recipe;
+
+use crate::experiment::{Experiment, Progress};
+use crate::handle::Nitro;
+use crate::report::{config_table, set_config_report};
+
+type Error = Box<dyn std::error::Error>;
+
+/// Runs the command line of experiment `E` from the process arguments and
+/// exits: status 0 on success, 2 on a usage error, 1 on any other error
+/// (printed to stderr).
+pub fn main<E: Experiment>() {
+    match run::<E, _, _>(std::env::args_os()) {
+        Ok(()) => {}
+        Err(e) => match e.downcast::<clap::Error>() {
+            Ok(clap_error) => clap_error.exit(),
+            Err(e) => {
+                eprintln!("error: {e}");
+                std::process::exit(1);
+            }
+        },
+    }
+}
+
+/// The field table `--help` ends with: name, category, type, default, doc.
+fn fields_help<E: Experiment>() -> String {
+    let meta = E::defaults().config_metadata();
+    let width =
+        |f: &dyn Fn(&nitro_markers::FieldMeta) -> usize| meta.iter().map(f).max().unwrap_or(0);
+    let (wn, wc, wt, wv) = (
+        width(&|m| m.name.len()),
+        width(&|m| format!("{:?}", m.category).len()),
+        width(&|m| m.type_name.len()),
+        width(&|m| m.value.to_string().len()),
+    );
+    let mut out = format!(
+        "Fields of {} (set with --set field=value; GraphConst recompiles, Device is a traced input, Host is driver-only):\n",
+        E::experiment_name()
+    );
+    for m in &meta {
+        out += &format!(
+            "  {:<wn$}  {:<wc$}  {:<wt$}  default {:<wv$}  {}\n",
+            m.name,
+            format!("{:?}", m.category),
+            m.type_name,
+            m.value.to_string(),
+            m.doc.lines().next().unwrap_or("").trim()
+        );
+    }
+    let presets = E::presets();
+    if !presets.is_empty() {
+        let names: Vec<&str> = presets.iter().map(|p| p.name.as_str()).collect();
+        out += &format!("\nPresets (--preset NAME): {}\n", names.join(", "));
+    }
+    out
+}
+
+fn command<E: Experiment>() -> Command {
+    let path_arg = |name: &'static str, help: &'static str| {
+        Arg::new(name)
+            .long(name)
+            .value_name("FILE")
+            .value_parser(clap::value_parser!(PathBuf))
+            .help(help)
+    };
+    Command::new(E::experiment_name())
+        .about(format!(
+            "Train, evaluate, export and inspect the {} experiment (nitro). With no command: train.",
+            E::experiment_name()
+        ))
+        .after_help(fields_help::<E>())
+        .arg(Arg::new("preset").long("preset").value_name("NAME").global(true).help("Start from a named configuration (see `presets`)"))
+        .arg(
+            Arg::new("set")
+                .long("set")
+                .value_name("FIELD=VALUE")
+                .action(ArgAction::Append)
+                .global(true)
+                .help("Override a field, parsed by its type (repeatable; wins over the preset)"),
+        )
+        .arg(Arg::new("run-dir").long("run-dir").value_name("DIR").value_parser(clap::value_parser!(PathBuf)).global(true).help("Checkpoints, metrics and plots go here (default: the experiment's run_dir)"))
+        .arg(Arg::new("device").long("device").value_name("cpu|cuda[:N]").default_value("cpu").global(true).help("Where programs run"))
+        .arg(Arg::new("max-epochs").long("max-epochs").value_name("N").value_parser(clap::value_parser!(u64)).global(true).help("Epochs to train (overrides the experiment's max_epochs())"))
+        .arg(Arg::new("quiet").long("quiet").short('q').action(ArgAction::SetTrue).global(true).help("No progress and no config report"))
+        .subcommand(Command::new("train").about("Train from scratch (clears the run directory's checkpoints and logs)"))
+        .subcommand(Command::new("resume").about("Continue training from the newest checkpoint in the run directory"))
+        .subcommand(
+            Command::new("eval")
+                .about("Evaluate the newest checkpoint on a split")
+                .arg(Arg::new("split").long("split").default_value("test").help("train, val or test")),
+        )
+        .subcommand(
+            Command::new("predict")
+                .about("Forward outputs of the newest checkpoint, written as safetensors")
+                .arg(Arg::new("split").long("split").default_value("test").help("The split to predict (when no --input)"))
+                .arg(path_arg("input", "A safetensors file of batch fields to predict instead of a split"))
+                .arg(path_arg("output", "Where the outputs go (default: <run-dir>/predictions.safetensors)")),
+        )
+        .subcommand(
+            Command::new("export")
+                .about("Write the predict program, params and signature to one file for serving")
+                .arg(path_arg("output", "The file (default: <run-dir>/model.nexp)")),
+        )
+        .subcommand(
+            Command::new("export-params")
+                .about("Write the newest checkpoint's params as safetensors")
+                .arg(path_arg("output", "The file (default: <run-dir>/params.safetensors)")),
+        )
+        .subcommand(
+            Command::new("import-params")
+                .about("Load params from safetensors (every name, dtype and shape checked) and save them as a checkpoint")
+                .arg(path_arg("input", "The safetensors file").required(true)),
+        )
+        .subcommand(Command::new("show-config").about("Print the marker table with this run's values"))
+        .subcommand(Command::new("presets").about("List the named configurations"))
+        .subcommand(
+            Command::new("plot")
+                .about("Write PNG plots (loss, validation metrics, learning rate) of a run directory")
+                .arg(Arg::new("dir").value_name("RUN_DIR").value_parser(clap::value_parser!(PathBuf)).help("Default: --run-dir or the experiment's run_dir")),
+        )
+}
+
+/// The experiment as configured by `--preset` and `--set`.
+fn recipe<E: Experiment>(m: &ArgMatches) -> Result<Recipe<E>, Error> {
+    let mut recipe = match m.get_one::<String>("preset") {
+        Some(name) => E::from_preset(name, &[])?,
+        None => E::from_overrides(&[])?,
+    };
+    let sets: Vec<&str> = m
+        .get_many::<String>("set")
+        .map(|v| v.map(String::as_str).collect())
+        .unwrap_or_default();
+    recipe.overrides = recipe.experiment.apply_text_overrides(&sets)?;
+    Ok(recipe)
+}
+
+impl<E: Experiment> Nitro<E> {
+    /// Applies command-line run settings before any entry point runs, so
+    /// the handle is still frozen from the first thing it does.
+    fn apply_cli(&mut self, run_dir: Option<&PathBuf>, max_epochs: Option<u64>, quiet: bool) {
+        if let Some(dir) = run_dir {
+            self.run.run_dir = dir.clone();
+        }
+        if let Some(epochs) = max_epochs {
+            self.run.max_epochs = epochs;
+            self.run.total = self.run.updates_per_epoch * epochs;
+        }
+        if quiet {
+            self.run.logger.progress = Progress::Off;
+        }
+    }
+}
+
+/// Removes what a previous run left in `dir` (checkpoints, their manifest,
+/// logs, plots), and nothing else.
+fn clear_run_files(dir: &Path) -> std::io::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let ours = (name.starts_with("ckpt-") && name.ends_with(".nckpt"))
+            || name == "nitro-ckpt-store.cbor"
+            || [
+                crate::metrics_log::METRICS_CSV,
+                crate::metrics_log::METRICS_JSONL,
+                crate::metrics_log::CONFIG_JSON,
+                crate::metrics_log::CONFIG_TXT,
+                "loss.png",
+                "metrics.png",
+                "lr.png",
+            ]
+            .contains(&name.as_str());
+        if ours && entry.file_type()?.is_file() {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn host_array(name: &str, a: Array) -> Result<HostArray, Error> {
+    let shape = a.shape().to_vec();
+    Ok(match a.into_data() {
+        HostBuffer::F32(v) => HostArray::from_vec(&shape, v)?,
+        HostBuffer::F64(v) => HostArray::from_vec(&shape, v)?,
+        HostBuffer::I32(v) => HostArray::from_vec(&shape, v)?,
+        HostBuffer::I64(v) => HostArray::from_vec(&shape, v)?,
+        HostBuffer::U8(v) => HostArray::from_vec(&shape, v)?,
+        HostBuffer::Bool(v) => HostArray::from_vec(&shape, v)?,
+        other => {
+            return Err(format!(
+                "input `{name}` is {:?}; batch fields are F32, F64, I32, I64, U8 or BOOL",
+                other.dtype()
+            )
+            .into())
+        }
+    })
+}
+
+/// Reads a batch (field name -> array, batch on axis 0) from safetensors.
+pub fn read_batch(path: &Path) -> Result<Batch, Error> {
+    let mut batch = Batch::new();
+    for (name, a) in crate::safetensors::read(path)?.tensors {
+        let array = host_array(&name, a)?;
+        batch.insert(name, array)?;
+    }
+    Ok(batch)
+}
+
+/// Runs the command line of experiment `E` on `args` (the first is the
+/// program name). Usage errors come back as a `clap::Error`.
+pub fn run<E, I, T>(args: I) -> Result<(), Error>
+where
+    E: Experiment,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let m = command::<E>().try_get_matches_from(args)?;
+    let (name, sub) = match m.subcommand() {
+        Some((name, sub)) => (name, sub),
+        None => ("train", &m),
+    };
+    let recipe = recipe::<E>(&m)?;
+    let quiet = m.get_flag("quiet");
+    let run_dir = m.get_one::<PathBuf>("run-dir");
+    match name {
+        "show-config" => {
+            if let Some(p) = &recipe.preset {
+                println!("preset: {p}");
+            }
+            print!(
+                "{}",
+                config_table(E::experiment_name(), &recipe.experiment.config_metadata())
+            );
+            return Ok(());
+        }
+        "presets" => {
+            let presets = E::presets();
+            if presets.is_empty() {
+                println!("{} has no presets", E::experiment_name());
+            }
+            for p in presets {
+                let values: Vec<String> =
+                    p.values.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!("{}  {}", p.name, values.join(" "));
+            }
+            return Ok(());
+        }
+        "plot" => {
+            let dir = sub
+                .get_one::<PathBuf>("dir")
+                .or(run_dir)
+                .cloned()
+                .unwrap_or_else(|| recipe.experiment.run_dir());
+            for path in crate::plot::plot_run(&dir)? {
+                println!("{}", path.display());
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    let device_text = m.get_one::<String>("device").map_or("cpu", String::as_str);
+    let device = Device::parse(device_text)
+        .ok_or_else(|| format!("--device `{device_text}`: expected cpu, cuda or cuda:N"))?;
+    if device != Device::Cpu && name != "export" {
+        return Err(format!(
+            "--device {device}: the Nitro handle trains, evaluates and predicts on the CPU in this version; \
+             `export` the model and run it with `Exported::load_on(path, Device::Cuda(n))` (feature `cuda`)"
+        )
+        .into());
+    }
+    init_tracing();
+    set_config_report(!quiet);
+    let mut n = Nitro::from_recipe(recipe)?;
+    n.apply_cli(run_dir, m.get_one::<u64>("max-epochs").copied(), quiet);
+    let dir = n.run.run_dir.clone();
+    let restore = |n: &mut Nitro<E>| -> Result<(), Error> {
+        match n.resume()? {
+            Some(path) => eprintln!("loaded {} (step {})", path.display(), n.step()),
+            None => eprintln!(
+                "no checkpoint in {}; using the initial params (train first)",
+                dir.display()
+            ),
+        }
+        Ok(())
+    };
+    match name {
+        "train" | "resume" => {
+            if name == "train" {
+                clear_run_files(&n.run.run_dir)?;
+            } else {
+                match n.resume()? {
+                    Some(path) => eprintln!("resumed from {} at step {}", path.display(), n.step()),
+                    None => eprintln!(
+                        "no checkpoint in {}; training from the start",
+                        dir.display()
+                    ),
+                }
+            }
+            let report = n.train()?;
+            eprintln!(
+                "trained to step {} in {:.1}s ({:.0}% inside the compiled step){}",
+                report.steps,
+                report.wall_time.as_secs_f64(),
+                100.0 * report.program_time.as_secs_f64()
+                    / report.wall_time.as_secs_f64().max(1e-9),
+                if report.early_stopped {
+                    "; stopped early"
+                } else {
+                    ""
+                }
+            );
+            for path in crate::plot::plot_run(&dir)? {
+                eprintln!("plot: {}", path.display());
+            }
+            if n.data.test.is_some() {
+                print_metrics("test", &n.evaluate("test")?);
+            }
+        }
+        "eval" => {
+            restore(&mut n)?;
+            let split = sub
+                .get_one::<String>("split")
+                .map_or("test", String::as_str);
+            print_metrics(split, &n.evaluate(split)?);
+        }
+        "predict" => {
+            restore(&mut n)?;
+            let batch = match sub.get_one::<PathBuf>("input") {
+                Some(path) => read_batch(path)?,
+                None => split_batch(
+                    &n,
+                    sub.get_one::<String>("split")
+                        .map_or("test", String::as_str),
+                )?,
+            };
+            let outputs = n.predict(&batch)?;
+            let path = sub
+                .get_one::<PathBuf>("output")
+                .cloned()
+                .unwrap_or_else(|| dir.join("predictions.safetensors"));
+            crate::safetensors::write(&path, &outputs, &BTreeMap::new())?;
+            let names: Vec<&str> = outputs.keys().map(String::as_str).collect();
+            println!(
+                "wrote {} rows of {} to {}",
+                batch.rows(),
+                names.join(", "),
+                path.display()
+            );
+        }
+        "export" => {
+            restore(&mut n)?;
+            let path = sub
+                .get_one::<PathBuf>("output")
+                .cloned()
+                .unwrap_or_else(|| dir.join("model.nexp"));
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent)?;
+            }
+            n.export(&path)?;
+            println!("{}", path.display());
+        }
+        "export-params" => {
+            restore(&mut n)?;
+            let path = sub
+                .get_one::<PathBuf>("output")
+                .cloned()
+                .unwrap_or_else(|| dir.join("params.safetensors"));
+            n.save_safetensors(&path)?;
+            println!("{}", path.display());
+        }
+        "import-params" => {
+            let input = sub.get_one::<PathBuf>("input").expect("required");
+            n.load_safetensors(input)?;
+            let mut store = n.open_store()?;
+            let path = n.save_checkpoint(&mut store, &BTreeMap::new())?;
+            println!("{}", path.display());
+        }
+        other => unreachable!("clap knows no subcommand `{other}`"),
+    }
+    Ok(())
+}
+
+fn print_metrics(split: &str, metrics: &BTreeMap<String, f64>) {
+    // The loss first, then the experiment's metrics: the last line is the
+    // headline metric when there is one.
+    if let Some(loss) = metrics.get("loss") {
+        println!("{split} loss: {loss:.4}");
+    }
+    for (k, v) in metrics.iter().filter(|(k, _)| *k != "loss") {
+        println!("{split} {k}: {v:.4}");
+    }
+}
+
+fn split_batch<E: Experiment>(n: &Nitro<E>, split: &str) -> Result<Batch, Error> {
+    let set = match split {
+        "train" => Some(&n.data.train),
+        "val" => n.data.val.as_ref(),
+        "test" => n.data.test.as_ref(),
+        _ => None,
+    }
+    .ok_or_else(|| format!("split `{split}` is absent (train, val, test)"))?;
+    let names: Vec<&str> = n.layout.forward_fields.iter().map(String::as_str).collect();
+    let indices: Vec<usize> = (0..nitro_data::Dataset::len(set)).collect();
+    Ok(nitro_data::Dataset::gather(set, &indices, &names)?)
+}
