@@ -118,9 +118,10 @@ pub struct FusedKernel {
     /// Nodes it writes, in output order.
     pub outputs: Vec<NodeId>,
     classes: Vec<Class>,
-    /// Loads and constants (run first in every chunk), then computations.
+    /// Constants and scalar loads (run once per task), then per-chunk loads,
+    /// then computations.
     instrs: Vec<Instr>,
-    /// Registers computed once per task (fills).
+    /// How many leading instructions run once per task.
     constants: usize,
     stores: Vec<usize>,
     numel: usize,
@@ -178,7 +179,13 @@ impl FusedKernel {
                             }
                         };
                         let r = new_reg(&mut k.classes, class_of(graph.nodes[*node].spec.dtype));
-                        loads.push(Instr::Load {
+                        // A scalar never changes between chunks: load it once per task.
+                        let list = if *access == Access::Scalar {
+                            &mut fills
+                        } else {
+                            &mut loads
+                        };
+                        list.push(Instr::Load {
                             dst: r,
                             input,
                             access: access.clone(),
@@ -413,9 +420,17 @@ fn fill(d: &mut Reg, v: f64, len: usize) {
     }
 }
 
-/// Gather source element offsets for `len` group elements starting at `at`,
-/// one run along the last axis at a time (the carry is paid once per run).
-fn strided_offsets(shape: &[usize], strides: &[usize], at: usize, len: usize, out: &mut [usize]) {
+/// Walk `len` group elements starting at `at` as runs along the last axis:
+/// `f(position in chunk, source offset, run length, source step)`. The
+/// multi-index carry is paid once per run, and each run is then a plain
+/// copy (step 1), a splat (step 0, a broadcast axis) or a strided read.
+fn for_each_run(
+    shape: &[usize],
+    strides: &[usize],
+    at: usize,
+    len: usize,
+    mut f: impl FnMut(usize, usize, usize, usize),
+) {
     let r = shape.len();
     let mut idx = vec![0usize; r];
     let mut rem = at;
@@ -428,9 +443,7 @@ fn strided_offsets(shape: &[usize], strides: &[usize], at: usize, len: usize, ou
     let mut filled = 0;
     while filled < len {
         let run = (last - idx[r - 1]).min(len - filled);
-        for (i, o) in out[filled..filled + run].iter_mut().enumerate() {
-            *o = off + i * step;
-        }
+        f(filled, off, run, step);
         filled += run;
         // Advance the multi-index by `run` along the last axis, carrying.
         idx[r - 1] += run;
@@ -461,11 +474,23 @@ macro_rules! load_as {
                 $d[..$len].fill(v);
             }
             Access::Strided { shape, strides } => {
-                let mut offs = [0usize; CHUNK];
-                strided_offsets(shape, strides, $at, $len, &mut offs);
-                for (x, &o) in $d[..$len].iter_mut().zip(&offs[..$len]) {
-                    *x = conv(src[o]);
-                }
+                let d = &mut $d[..$len];
+                for_each_run(shape, strides, $at, $len, |pos, off, run, step| {
+                    let out = &mut d[pos..pos + run];
+                    match step {
+                        0 => out.fill(conv(src[off])),
+                        1 => {
+                            for (x, s) in out.iter_mut().zip(&src[off..off + run]) {
+                                *x = conv(*s);
+                            }
+                        }
+                        _ => {
+                            for (i, x) in out.iter_mut().enumerate() {
+                                *x = conv(src[off + i * step]);
+                            }
+                        }
+                    }
+                });
             }
         }
     }};
@@ -531,33 +556,38 @@ fn store(r: &Reg, out: Raw, at: usize, len: usize) {
     }
 }
 
+/// `d[i] = f(a[i])` over one chunk; one loop per op so each inlines and
+/// vectorises (a function pointer per element would do neither).
+macro_rules! map1 {
+    ($d:expr, $a:expr, |$x:ident| $e:expr) => {{
+        for (o, &$x) in $d.iter_mut().zip($a) {
+            *o = $e;
+        }
+    }};
+}
+
 macro_rules! float_unary {
     ($op:expr, $d:expr, $a:expr, $len:expr, $t:ty) => {{
         let (d, a) = (&mut $d[..$len], &$a[..$len]);
-        let f: fn($t) -> $t = match $op {
-            UnaryOp::Neg => |x| -x,
-            UnaryOp::Exp => |x| x.exp(),
-            UnaryOp::Log => |x| x.ln(),
-            UnaryOp::Sqrt => |x| x.sqrt(),
-            UnaryOp::Tanh => |x| x.tanh(),
-            UnaryOp::Sigmoid => |x| 1.0 / (1.0 + (-x).exp()),
-            UnaryOp::Sin => |x| x.sin(),
-            UnaryOp::Cos => |x| x.cos(),
-            UnaryOp::Abs => |x| x.abs(),
-            UnaryOp::Recip => |x| 1.0 / x,
-            UnaryOp::Sign => |x| {
-                if x > 0.0 {
-                    1.0
-                } else if x < 0.0 {
-                    -1.0
-                } else {
-                    0.0
-                }
-            },
-            UnaryOp::Floor => |x| x.floor(),
-        };
-        for (x, &y) in d.iter_mut().zip(a) {
-            *x = f(y);
+        match $op {
+            UnaryOp::Neg => map1!(d, a, |x| -x),
+            UnaryOp::Exp => map1!(d, a, |x| x.exp()),
+            UnaryOp::Log => map1!(d, a, |x| x.ln()),
+            UnaryOp::Sqrt => map1!(d, a, |x| x.sqrt()),
+            UnaryOp::Tanh => map1!(d, a, |x| x.tanh()),
+            UnaryOp::Sigmoid => map1!(d, a, |x| 1.0 / (1.0 + (-x).exp())),
+            UnaryOp::Sin => map1!(d, a, |x| x.sin()),
+            UnaryOp::Cos => map1!(d, a, |x| x.cos()),
+            UnaryOp::Abs => map1!(d, a, |x| x.abs()),
+            UnaryOp::Recip => map1!(d, a, |x| 1.0 / x),
+            UnaryOp::Sign => map1!(d, a, |x| if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                0.0
+            }),
+            UnaryOp::Floor => map1!(d, a, |x| x.floor()),
         }
     }};
 }
@@ -673,19 +703,36 @@ fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
     let Reg::Bool(c) = c else {
         unreachable!("bool condition")
     };
+    // Branch-free: blend the bit patterns under an all-ones/all-zeros mask,
+    // so the loop vectorises (a branch per element would not).
     macro_rules! sel {
-        ($d:expr, $a:expr, $b:expr) => {
-            for i in 0..len {
-                $d[i] = if c[i] { $a[i] } else { $b[i] };
+        ($d:expr, $a:expr, $b:expr, $bits:ty, $to:expr, $from:expr) => {
+            for (((o, &c), &x), &y) in $d[..len]
+                .iter_mut()
+                .zip(&c[..len])
+                .zip(&$a[..len])
+                .zip(&$b[..len])
+            {
+                let mask = (0 as $bits).wrapping_sub(c as $bits);
+                *o = $from(($to(x) & mask) | ($to(y) & !mask));
             }
         };
     }
     match (d, a, b) {
-        (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => sel!(d, a, b),
-        (Reg::F64(d), Reg::F64(a), Reg::F64(b)) => sel!(d, a, b),
-        (Reg::I32(d), Reg::I32(a), Reg::I32(b)) => sel!(d, a, b),
-        (Reg::I64(d), Reg::I64(a), Reg::I64(b)) => sel!(d, a, b),
-        (Reg::Bool(d), Reg::Bool(a), Reg::Bool(b)) => sel!(d, a, b),
+        (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => sel!(d, a, b, u32, f32::to_bits, f32::from_bits),
+        (Reg::F64(d), Reg::F64(a), Reg::F64(b)) => sel!(d, a, b, u64, f64::to_bits, f64::from_bits),
+        (Reg::I32(d), Reg::I32(a), Reg::I32(b)) => sel!(d, a, b, i32, |v| v, |v| v),
+        (Reg::I64(d), Reg::I64(a), Reg::I64(b)) => sel!(d, a, b, i64, |v| v, |v| v),
+        (Reg::Bool(d), Reg::Bool(a), Reg::Bool(b)) => {
+            for (((o, &c), &x), &y) in d[..len]
+                .iter_mut()
+                .zip(&c[..len])
+                .zip(&a[..len])
+                .zip(&b[..len])
+            {
+                *o = (c & x) | (!c & y);
+            }
+        }
         _ => unreachable!("select on mismatched registers"),
     }
 }
