@@ -31,6 +31,13 @@ fn mutation() -> impl Strategy<Value = Mutation> {
 
 fn apply(bytes: &mut Vec<u8>, m: &Mutation) {
     let n = bytes.len();
+    if n == 0 {
+        // An earlier mutation truncated everything: only a splice can act.
+        if let Mutation::Splice(_, b) = m {
+            bytes.extend_from_slice(b);
+        }
+        return;
+    }
     match m {
         Mutation::Truncate(i) => bytes.truncate(i % n),
         Mutation::Flip(i, x) => bytes[i % n] ^= x,
