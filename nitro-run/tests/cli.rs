@@ -10,9 +10,10 @@ use std::sync::OnceLock;
 use nitro_run::metrics_log::read_rows;
 use nitro_run::Exported;
 
-/// The example binary `cargo test` builds next to this test's directory
-/// (`target/<profile>/examples/digits_mlp`), built on demand when only
-/// this test target was asked for.
+/// The example binary next to this test's directory
+/// (`target/<profile>/examples/digits_mlp`). It is always (re)built first:
+/// `cargo test` compiles examples without refreshing that path, so an
+/// existing file may be a stale build of older code.
 fn example() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
@@ -24,16 +25,14 @@ fn example() -> &'static Path {
         let exe = profile_dir
             .join("examples")
             .join(format!("digits_mlp{}", std::env::consts::EXE_SUFFIX));
-        if !exe.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = Command::new(cargo);
-            build.args(["build", "-p", "nitro-run", "--example", "digits_mlp"]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                build.arg("--release");
-            }
-            let status = build.status().expect("run cargo build");
-            assert!(status.success(), "building the digits_mlp example failed");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "-p", "nitro-run", "--example", "digits_mlp"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
         }
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "building the digits_mlp example failed");
         exe
     })
 }
