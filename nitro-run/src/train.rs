@@ -1,5 +1,6 @@
 //! `train()`: the loop around the one fused train step. Per update it
-//! gathers `accum` micro-batches (only routed fields), feeds the scheduled
+//! gathers `accum` micro-batches (only routed fields; the next window is
+//! gathered on a second thread while the current step runs), feeds the scheduled
 //! hyperparameters as scalar inputs, runs the step (params, state and
 //! optimizer slots updated in place), checks the loss, and checkpoints on
 //! the policy's cadence; per epoch it validates and asks the stopper.
@@ -173,7 +174,6 @@ impl<E: Experiment> Nitro<E> {
             EpochOrder::new(train.len(), width, self.run.seed)?.with_short_batch(self.short_batch);
         let batches = order.batches_per_epoch();
         let names: Vec<String> = self.layout.fields.iter().map(|(n, _)| n.clone()).collect();
-        let name_refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let fields = train.as_fields();
         let columns = names
             .iter()
@@ -193,30 +193,43 @@ impl<E: Experiment> Nitro<E> {
             let epoch = self.position.epoch;
             let perm = order.permutation(epoch);
             let mut totals = Totals::default();
+            let mut prefetched: Option<Gathered> = None;
             while self.position.batch < batches {
                 let window = (batches - self.position.batch).min(self.run.accum);
-                let mut micro = Vec::with_capacity(self.run.accum);
-                let mut real = vec![0; self.run.accum];
-                let mut arrays = Vec::new();
-                for (i, real_i) in real.iter_mut().enumerate() {
-                    let slot = order
-                        .slot_in(&perm, self.position.batch + i.min(window - 1))
-                        .expect("positions below batches_per_epoch have a slot");
-                    for (f, column) in names.iter().zip(&columns) {
-                        arrays.push(gather_array(f, column, &slot.indices)?);
-                    }
-                    if i < window {
-                        *real_i = slot.real;
-                    }
-                    // Host batches only for host-side train metrics.
-                    if !self.train_metrics.is_empty() {
-                        micro.push(train.gather(&slot.indices, &name_refs)?);
-                    }
-                }
+                let source = WindowSource {
+                    order: &order,
+                    perm: &perm,
+                    batches,
+                    accum: self.run.accum,
+                    names: &names,
+                    columns: &columns,
+                    host_batches: (!self.train_metrics.is_empty()).then_some(train),
+                };
+                let Gathered {
+                    arrays,
+                    real,
+                    micro,
+                } = match prefetched.take() {
+                    Some(g) => g,
+                    None => source.gather(self.position.batch)?,
+                };
                 let hyper = self.hyper_inputs(self.position.step, &real)?;
+                let next_first = self.position.batch + window;
                 let t0 = Instant::now();
-                let out = self.run_program(&compiled, true, hyper, arrays)?;
+                // The next window is gathered on another thread while this
+                // step runs, so batching stays off the critical path.
+                let (out, next) = std::thread::scope(|scope| {
+                    let next =
+                        (next_first < batches).then(|| scope.spawn(|| source.gather(next_first)));
+                    let out = self.run_program(&compiled, true, hyper, arrays);
+                    (
+                        out,
+                        next.map(|h| h.join().expect("the batch-gathering thread does not panic")),
+                    )
+                });
                 report.program_time += t0.elapsed();
+                prefetched = next.transpose()?;
+                let out = out?;
                 let loss = out[0].item().unwrap_or(f64::NAN);
                 if !loss.is_finite() {
                     display.finish();
@@ -330,5 +343,56 @@ impl<E: Experiment> Nitro<E> {
         report.steps = self.position.step;
         report.wall_time = started.elapsed();
         Ok(report)
+    }
+}
+
+/// One update's worth of gathered micro-batches.
+struct Gathered {
+    /// Program inputs: every routed field of every micro-batch, in order.
+    arrays: Vec<Array>,
+    /// Real rows per micro-batch (0 for the filler of a partial window).
+    real: Vec<usize>,
+    /// Host batches, only when host-side train metrics need them.
+    micro: Vec<nitro_data::Batch>,
+}
+
+/// Where windows of micro-batches come from within one epoch.
+struct WindowSource<'a> {
+    order: &'a EpochOrder,
+    perm: &'a [usize],
+    batches: usize,
+    accum: usize,
+    names: &'a [String],
+    columns: &'a [&'a nitro_data::HostArray],
+    host_batches: Option<&'a nitro_data::InMemory>,
+}
+
+impl WindowSource<'_> {
+    /// Gather the window starting at batch position `first`. A partial
+    /// final window repeats its last micro-batch as filler (weight 0).
+    fn gather(&self, first: usize) -> Result<Gathered> {
+        let window = (self.batches - first).min(self.accum);
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        let mut g = Gathered {
+            arrays: Vec::new(),
+            real: vec![0; self.accum],
+            micro: Vec::new(),
+        };
+        for i in 0..self.accum {
+            let slot = self
+                .order
+                .slot_in(self.perm, first + i.min(window - 1))
+                .expect("positions below batches_per_epoch have a slot");
+            for (f, column) in self.names.iter().zip(self.columns) {
+                g.arrays.push(gather_array(f, column, &slot.indices)?);
+            }
+            if i < window {
+                g.real[i] = slot.real;
+            }
+            if let Some(train) = self.host_batches {
+                g.micro.push(train.gather(&slot.indices, &names)?);
+            }
+        }
+        Ok(g)
     }
 }
