@@ -38,7 +38,7 @@ pub enum RunError {
     #[error("running `{program}`: {source}")]
     Exec {
         /// The program's name.
-        program: &'static str,
+        program: String,
         /// The runtime's error.
         source: Box<nitro_graph::GraphError>,
     },

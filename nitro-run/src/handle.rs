@@ -505,7 +505,7 @@ impl<E: Experiment> Nitro<E> {
         self.opt.extend(rest.by_ref().take(no));
         self.device.extend(rest.by_ref().take(nd));
         result.map_err(|source| RunError::Exec {
-            program: compiled.program.name().to_string().leak(),
+            program: compiled.program.name().to_string(),
             source: Box::new(source),
         })
     }

@@ -352,7 +352,7 @@ where
         *slot = names.iter().cloned().zip(rest.by_ref().take(np)).collect();
     }
     let out = result.map_err(|source| RunError::Exec {
-        program: kind,
+        program: kind.to_string(),
         source: Box::new(source),
     })?;
     let returned = program.returned_names();
