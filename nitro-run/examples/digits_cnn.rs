@@ -1,12 +1,16 @@
 //! A LeNet-like CNN on the built-in digits dataset, through the Experiment
 //! API (conv 5x5x6, pool, conv 5x5x16, pool, 120, 84, 10).
 //!
+//! It uses the standard CLI (`nitro_run::cli`), like `digits_mlp`:
+//!
 //! ```text
 //! cargo run --release -p nitro-run --example digits_cnn
-//! cargo run --release -p nitro-run --example digits_cnn -- max_epochs=4 n_train=20000
+//! cargo run --release -p nitro-run --example digits_cnn -- train --set max_epochs=4 --set n_train=20000
+//! cargo run --release -p nitro-run --example digits_cnn -- --help
 //! ```
 //!
-//! Checkpoints go to `runs/digits_cnn`; the last line is `test accuracy: X`.
+//! Checkpoints, logs and plots go to `runs/digits_cnn`; the last line is
+//! `test accuracy: X`.
 
 use std::path::PathBuf;
 
@@ -17,8 +21,8 @@ use nitro_graph::nn::layers::{Activation, Conv2d, Dense, Flatten, Layer, MaxPool
 use nitro_graph::nn::loss::softmax_cross_entropy;
 use nitro_graph::nn::ops::relu;
 use nitro_graph::Tensor;
-use nitro_markers::{Experiment, ExperimentFields, Fields};
-use nitro_run::{Distributed, HookError, Metric, ModelParts, Nitro, Optimizer};
+use nitro_markers::{Experiment, Fields};
+use nitro_run::{Distributed, HookError, Metric, ModelParts, Optimizer};
 
 /// LeNet-like hyperparameters (everything Host: nothing here is swept).
 #[derive(Experiment, Debug)]
@@ -124,7 +128,10 @@ impl nitro_run::Experiment for DigitsCnn {
     }
 
     fn metrics(&self) -> Vec<Metric> {
-        vec![Metric::accuracy("output", "label")]
+        // Named `accuracy`, so the last line a run prints reads `test accuracy: X`.
+        let mut accuracy = Metric::accuracy("output", "label");
+        accuracy.name = "accuracy".into();
+        vec![accuracy]
     }
     fn batch_size(&self) -> usize {
         self.batch
@@ -140,21 +147,6 @@ impl nitro_run::Experiment for DigitsCnn {
     }
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let overrides: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut e = DigitsCnn::defaults();
-    e.apply_text_overrides(&overrides)?;
-    let mut n = Nitro::new(e)?;
-    let _ = std::fs::remove_dir_all(n.run_values().run_dir.clone());
-    let report = n.train()?;
-    let test = n.evaluate("test")?;
-    eprintln!(
-        "trained {} steps in {:.1}s; test loss {:.4}",
-        report.steps,
-        report.wall_time.as_secs_f64(),
-        test["loss"]
-    );
-    println!("test accuracy: {:.4}", test["acc"]);
-    Ok(())
+fn main() {
+    nitro_run::cli::main::<DigitsCnn>()
 }
