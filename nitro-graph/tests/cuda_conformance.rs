@@ -5,10 +5,16 @@
 //! matmuls sum in another order, and `expf`/`tanhf` are within 2 ulp).
 //! Without a driver, every CUDA instantiation prints one
 //! "skipped: no CUDA driver" line and passes.
+//!
+//! A third instantiation, `emulated`, runs the very CUDA C each program
+//! generates through host emulation (`backend::cuda::emulate`: the host C++
+//! compiler, the real grids, barriers and warp shuffles), so the generated
+//! kernels are checked on every machine, GPU or not.
 #![cfg(feature = "cuda")]
 
 mod mlp_shared;
 
+use nitro_graph::backend::cuda::emulate::{self, HostEmulation};
 use nitro_graph::backend::cuda::CudaProgram;
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::{
@@ -16,11 +22,53 @@ use nitro_graph::{
     Tracer,
 };
 
-/// Run `graph` on `device` and on the CPU; compare every output and every
+/// Where a conformance body runs its program.
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    /// The CPU backend (checks the harness itself).
+    Cpu,
+    /// A GPU.
+    Cuda,
+    /// The generated CUDA C, run on the host.
+    Emulated,
+}
+
+/// The runner of `graph` on `target`, or `None` (after one printed line)
+/// when the target does not exist on this machine.
+fn runner(test: &str, target: Target, graph: Graph, options: CompileOptions) -> Option<Runner> {
+    match target {
+        Target::Cpu => {
+            let p = compile_graph(graph, options).unwrap();
+            Some(Box::new(move |a| p.run(a).unwrap()))
+        }
+        Target::Cuda => match CudaProgram::compile_graph(graph, options, Device::Cuda(0)) {
+            Ok(p) => Some(Box::new(move |a| p.run(a).unwrap())),
+            Err(e)
+                if e.to_string().contains("no CUDA driver")
+                    || e.to_string().contains("built without CUDA") =>
+            {
+                println!("{test}: skipped: no CUDA driver");
+                None
+            }
+            Err(e) => panic!("{test}: {e}"),
+        },
+        Target::Emulated => {
+            if !emulate::available() {
+                println!("{test}: skipped: no C++ compiler for host emulation");
+                return None;
+            }
+            let p = CudaProgram::generate(graph, options).unwrap();
+            let e = HostEmulation::new(p).unwrap_or_else(|e| panic!("{test}: {e}"));
+            Some(Box::new(move |a| e.run(a).unwrap()))
+        }
+    }
+}
+
+/// Run `graph` on `target` and on the CPU; compare every output and every
 /// donated input afterwards, `steps` times over the same argument list.
 fn conform(
     test: &str,
-    device: Device,
+    device: Target,
     build: impl Fn() -> Result<(Graph, CompileOptions)>,
     args: Vec<Array>,
     steps: usize,
@@ -29,22 +77,8 @@ fn conform(
     let (graph, options) = build().unwrap();
     let cpu = compile_graph(graph, options).unwrap();
     let (graph, options) = build().unwrap();
-    let run_dev: Runner = match device {
-        Device::Cpu => {
-            let p = compile_graph(graph, options).unwrap();
-            Box::new(move |a| p.run(a).unwrap())
-        }
-        Device::Cuda(_) => match CudaProgram::compile_graph(graph, options, device) {
-            Ok(p) => Box::new(move |a| p.run(a).unwrap()),
-            Err(e)
-                if e.to_string().contains("no CUDA driver")
-                    || e.to_string().contains("built without CUDA") =>
-            {
-                println!("{test}: skipped: no CUDA driver");
-                return;
-            }
-            Err(e) => panic!("{test}: {e}"),
-        },
+    let Some(run_dev) = runner(test, device, graph, options) else {
+        return;
     };
     let (mut a_cpu, mut a_dev) = (args.clone(), args);
     for step in 0..steps {
@@ -94,7 +128,7 @@ type Body = fn(&Tracer, &[Tensor]) -> Tensor;
 type Runner = Box<dyn Fn(&mut [Array]) -> Vec<Array>>;
 
 /// A one-output program over f32/f64 inputs of `shapes`.
-fn op_case(test: &str, device: Device, dtype: DType, shapes: &[&[usize]], body: Body, tol: f64) {
+fn op_case(test: &str, device: Target, dtype: DType, shapes: &[&[usize]], body: Body, tol: f64) {
     let specs: Vec<(String, TensorSpec)> = shapes
         .iter()
         .enumerate()
@@ -119,11 +153,15 @@ macro_rules! conformance {
     ($($name:ident => $body:expr;)*) => {
         mod cpu {
             use super::*;
-            $(#[test] fn $name() { ($body)(concat!("cpu::", stringify!($name)), Device::Cpu) })*
+            $(#[test] fn $name() { ($body)(concat!("cpu::", stringify!($name)), Target::Cpu) })*
         }
         mod cuda {
             use super::*;
-            $(#[test] fn $name() { ($body)(concat!("cuda::", stringify!($name)), Device::Cuda(0)) })*
+            $(#[test] fn $name() { ($body)(concat!("cuda::", stringify!($name)), Target::Cuda) })*
+        }
+        mod emulated {
+            use super::*;
+            $(#[test] fn $name() { ($body)(concat!("emulated::", stringify!($name)), Target::Emulated) })*
         }
     };
 }
@@ -200,23 +238,9 @@ conformance! {
         let want32: Vec<f64> = reference(salts[0], 1000).into_iter().map(|v| v as f32 as f64).collect();
         let want64 = reference(salts[1], 21);
         let args = vec![Array::scalar_f32(0.0)];
-        let got = match d {
-            Device::Cpu => {
-                let (g, o) = build().unwrap();
-                compile_graph(g, o).unwrap().run(&mut args.clone()).unwrap()
-            }
-            Device::Cuda(_) => {
-                let (g, o) = build().unwrap();
-                match CudaProgram::compile_graph(g, o, d) {
-                    Ok(p) => p.run(&mut args.clone()).unwrap(),
-                    Err(e) if e.to_string().contains("no CUDA driver") => {
-                        println!("{t}: skipped: no CUDA driver");
-                        return;
-                    }
-                    Err(e) => panic!("{t}: {e}"),
-                }
-            }
-        };
+        let (g, o) = build().unwrap();
+        let Some(run) = runner(t, d, g, o) else { return };
+        let got = run(&mut args.clone());
         assert_eq!(got[0].to_f64_vec(), want32, "{t} f32 stream");
         assert_eq!(got[1].to_f64_vec(), want64, "{t} f64 stream");
     };

@@ -183,30 +183,7 @@ impl CudaExecutable {
                 }
                 Step::Gemm { node, .. } => {
                     let nd = &graph.nodes[*node];
-                    let Op::MatMul { ta, tb } = nd.op else {
-                        unreachable!("gemm step on a matmul")
-                    };
-                    let a = &graph.nodes[nd.args[0]].spec.shape;
-                    let b = &graph.nodes[nd.args[1]].spec.shape;
-                    let r = a.len();
-                    let (m, k) = if ta {
-                        (a[r - 1], a[r - 2])
-                    } else {
-                        (a[r - 2], a[r - 1])
-                    };
-                    let n = if tb { b[r - 2] } else { b[r - 1] };
-                    let shape = GemmShape {
-                        batch: a[..r - 2].iter().product(),
-                        m,
-                        n,
-                        k,
-                        ta,
-                        tb,
-                    };
-                    let types = match nd.spec.dtype {
-                        DType::F64 => GemmTypes::F64,
-                        _ => GemmTypes::F32,
-                    };
+                    let (types, shape) = gemm_call(graph, *node);
                     // SAFETY: the planned buffers hold the shapes above; the
                     // plan never lets a matmul write over its operands.
                     unsafe {
@@ -223,4 +200,34 @@ impl CudaExecutable {
         }
         Ok(())
     }
+}
+
+/// The cuBLAS call of matmul node `node`: element types and row-major shape.
+pub(crate) fn gemm_call(graph: &Graph, node: NodeId) -> (GemmTypes, GemmShape) {
+    let nd = &graph.nodes[node];
+    let Op::MatMul { ta, tb } = nd.op else {
+        unreachable!("gemm step on a matmul")
+    };
+    let a = &graph.nodes[nd.args[0]].spec.shape;
+    let b = &graph.nodes[nd.args[1]].spec.shape;
+    let r = a.len();
+    let (m, k) = if ta {
+        (a[r - 1], a[r - 2])
+    } else {
+        (a[r - 2], a[r - 1])
+    };
+    let n = if tb { b[r - 2] } else { b[r - 1] };
+    let shape = GemmShape {
+        batch: a[..r - 2].iter().product(),
+        m,
+        n,
+        k,
+        ta,
+        tb,
+    };
+    let types = match nd.spec.dtype {
+        DType::F64 => GemmTypes::F64,
+        _ => GemmTypes::F32,
+    };
+    (types, shape)
 }

@@ -26,6 +26,7 @@
 //! ```
 
 pub mod codegen;
+pub mod emulate;
 pub mod executable;
 
 pub use codegen::{CudaSource, Step};

@@ -6,6 +6,12 @@
 typedef unsigned short nitro_f16;
 typedef unsigned short nitro_bf16;
 
+#ifdef NITRO_HOST_EMULATION
+// Host emulation (backend/cuda/emulate.hpp) has no PTX; it converts
+// through the host compiler's IEEE half type, with the same rounding.
+__device__ __forceinline__ float nitro_f16_to_f32(nitro_f16 h) { return nitro_emu_f16_to_f32(h); }
+__device__ __forceinline__ nitro_f16 nitro_f32_to_f16(float f) { return nitro_emu_f32_to_f16(f); }
+#else
 __device__ __forceinline__ float nitro_f16_to_f32(nitro_f16 h) {
     float f;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -17,6 +23,7 @@ __device__ __forceinline__ nitro_f16 nitro_f32_to_f16(float f) {
     asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 }
+#endif
 
 __device__ __forceinline__ float nitro_bf16_to_f32(nitro_bf16 h) {
     return __uint_as_float(((unsigned int)h) << 16);
