@@ -9,8 +9,10 @@
 //! driver builds and runs everything, and asking for a CUDA device there is
 //! an error ([`DeviceError::NoDriver`] or [`DeviceError::BuiltWithoutCuda`]),
 //! never a panic. With the feature, [`cuda`] holds the GPU side: device
-//! handles with one stream each, typed device buffers from a pooling
-//! allocator, host<->device copies, cuBLAS products and NVRTC compilation.
+//! handles with one main stream each (plus a copy stream for staged uploads
+//! through pinned memory that overlap compute), typed device buffers from a
+//! pooling allocator, host<->device copies, cuBLAS products and NVRTC
+//! compilation.
 //!
 //! ```
 //! use nitro_device::{DType, Device, HostBuffer};

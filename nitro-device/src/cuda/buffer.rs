@@ -3,15 +3,20 @@
 
 use super::{cuda_err, CudaDevice};
 use crate::{DType, DeviceError, HostBuffer};
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::{CudaEvent, CudaSlice, DevicePtr};
 
 /// A contiguous device buffer of `len` elements of `dtype`. Dropping it
-/// returns its block to the device's pool.
+/// returns its block to the device's pool, or, for a buffer filled by a
+/// staged upload ([`CudaDevice::upload_staged`]), to the stager, fenced
+/// behind the work queued on the main stream so far.
 pub struct CudaBuffer {
     device: CudaDevice,
     block: Option<CudaSlice<u8>>,
     dtype: DType,
     len: usize,
+    /// For a staged buffer: the event recorded on the main stream when it is
+    /// dropped, which the copy stream waits on before writing the block again.
+    fence: Option<CudaEvent>,
 }
 
 impl std::fmt::Debug for CudaBuffer {
@@ -28,8 +33,26 @@ impl std::fmt::Debug for CudaBuffer {
 
 impl Drop for CudaBuffer {
     fn drop(&mut self) {
-        if let Some(block) = self.block.take() {
-            self.device.pool().give_back(block);
+        let Some(block) = self.block.take() else {
+            return;
+        };
+        match self.fence.take() {
+            None => self.device.pool().give_back(block),
+            Some(fence) => {
+                // Everything queued on the main stream so far may use the
+                // block; the copy stream waits for this point before reuse.
+                if fence.record(self.device.stream()).is_err() {
+                    // No fence: order the hard way rather than risk a race.
+                    let _ = self.device.synchronize();
+                }
+                match self.device.staging_lock() {
+                    Ok(mut guard) => match guard.as_mut() {
+                        Some(st) => st.give_back(block, fence),
+                        None => self.device.pool().give_back(block),
+                    },
+                    Err(_) => self.device.pool().give_back(block),
+                }
+            }
         }
     }
 }
@@ -50,6 +73,7 @@ impl CudaDevice {
             block: Some(block),
             dtype,
             len,
+            fence: None,
         })
     }
 
@@ -70,6 +94,23 @@ impl CudaDevice {
 }
 
 impl CudaBuffer {
+    /// A buffer over a block the stager owns (see [`CudaDevice::upload_staged`]).
+    pub(crate) fn staged(
+        device: CudaDevice,
+        block: CudaSlice<u8>,
+        fence: CudaEvent,
+        dtype: DType,
+        len: usize,
+    ) -> CudaBuffer {
+        CudaBuffer {
+            device,
+            block: Some(block),
+            dtype,
+            len,
+            fence: Some(fence),
+        }
+    }
+
     /// Element type.
     pub fn dtype(&self) -> DType {
         self.dtype

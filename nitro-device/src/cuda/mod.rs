@@ -10,20 +10,32 @@
 //! real call in `catch_unwind` as a backstop; the probe's verdict is cached,
 //! so a missing driver costs one failed `dlopen` per process.
 //!
-//! Execution model: every device owns exactly one stream
-//! ([`CudaDevice::stream`]); kernels, copies and gemms are queued on it in
-//! order, so no event bookkeeping is needed between them. A copy back to the
-//! host synchronises.
+//! Execution model: every device owns one *main* stream
+//! ([`CudaDevice::stream`]); kernels, gemms, plain copies and the pool are
+//! ordered on it, so no event bookkeeping is needed between them. A copy
+//! back to the host synchronises. A second *copy stream*
+//! ([`CudaDevice::copy_stream`], created on first use) carries only staged
+//! uploads ([`CudaDevice::upload_staged`]): host bytes go through pinned
+//! slots, and events order the two streams (the main stream waits for a
+//! copy in [`PendingUpload::ready`]; the copy stream waits for the main
+//! stream's last use of a block before writing it again), so the next
+//! batch's transfer overlaps the current step. The `staging` module docs
+//! draw the timeline and state the rules.
 
 mod blas;
 mod buffer;
 mod nvrtc;
 mod pool;
+mod staging;
 
 pub use blas::{GemmShape, GemmTypes};
 pub use buffer::CudaBuffer;
 pub use nvrtc::{nvrtc_version, CudaKernel, KernelArg, PtxCache};
 pub use pool::PoolStats;
+pub use staging::{
+    choose_slot, slot_capacity, PendingUpload, SlotChoice, SlotState, StagingStats,
+    STAGING_MAX_SLOTS, STAGING_MIN_BYTES,
+};
 
 use crate::DeviceError;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -117,6 +129,8 @@ struct Inner {
     capability: (u32, u32),
     pool: Pool,
     blas: Mutex<Option<Arc<blas::Blas>>>,
+    /// The copy stream and pinned slots, created by the first staged upload.
+    staging: Mutex<Option<staging::Staging>>,
 }
 
 /// One GPU: its context, its stream, its memory pool. Cheap to clone (a
@@ -177,6 +191,7 @@ impl CudaDevice {
                     name,
                     capability: (major as u32, minor as u32),
                     blas: Mutex::new(None),
+                    staging: Mutex::new(None),
                 }),
             })
         })?;
@@ -236,9 +251,29 @@ impl CudaDevice {
         self.inner.pool.stats()
     }
 
-    /// Give every cached (unused) block back to the driver.
+    /// Give every cached (unused) block back to the driver, including the
+    /// blocks and pinned slots kept by staged uploads (this waits for the
+    /// copy stream).
     pub fn empty_cache(&self) -> usize {
+        let mut staging = self.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(st) = staging.as_mut() {
+            st.release(self);
+        }
+        drop(staging);
         self.inner.pool.release_cache()
+    }
+
+    /// The staging state, created (with its copy stream) on first use.
+    pub(crate) fn staging_lock(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, Option<staging::Staging>>, DeviceError> {
+        let mut guard = self.inner.staging.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.is_none() {
+            *guard = Some(guarded("create copy stream", || {
+                staging::Staging::new(self)
+            })?);
+        }
+        Ok(guard)
     }
 
     pub(crate) fn pool(&self) -> &Pool {
