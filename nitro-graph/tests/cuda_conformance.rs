@@ -12,11 +12,15 @@
 //! kernels are checked on every machine, GPU or not.
 #![cfg(feature = "cuda")]
 
+mod common;
 mod mlp_shared;
 
 use nitro_graph::backend::cuda::emulate::{self, HostEmulation};
 use nitro_graph::backend::cuda::CudaProgram;
 use nitro_graph::nn::init::InitRng;
+use nitro_graph::nn::layers::Chain;
+use nitro_graph::nn::train::AdamStepGraph;
+use nitro_graph::nn::zoo;
 use nitro_graph::{
     compile_graph, trace, Array, CompileOptions, DType, Device, Graph, Result, Tensor, TensorSpec,
     Tracer,
@@ -146,6 +150,30 @@ fn op_case(test: &str, device: Target, dtype: DType, shapes: &[&[usize]], body: 
         .map(|(i, s)| data(s, i as u64 + 1, dtype))
         .collect();
     conform(test, device, build, args, 1, tol);
+}
+
+/// The AdamW classifier step of `model` over a batch of `x` (labels cycle
+/// through `classes`), run `steps` times.
+fn adam_step_case(
+    test: &str,
+    target: Target,
+    model: &Chain,
+    x: &[usize],
+    classes: usize,
+    steps: usize,
+    tol: f64,
+) {
+    let params = model.init_params(1);
+    let build = || {
+        let s = AdamStepGraph::trace(model, &params, x, 1e-2)?;
+        Ok((s.graph, s.options))
+    };
+    let s = AdamStepGraph::trace(model, &params, x, 1e-2).unwrap();
+    let (mut args, xi) = (s.args.clone(), s.x_index());
+    args[xi] = data(x, 11, DType::F32);
+    let labels: Vec<i32> = (0..x[0]).map(|i| ((i * 7) % classes) as i32).collect();
+    args[xi + 1] = Array::new(&[x[0]], labels).unwrap();
+    conform(test, target, build, args, steps, tol);
 }
 
 /// One test per (case, device).
@@ -295,6 +323,78 @@ conformance! {
             op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[5, 7], &[7, 3]], op, 1e-5);
             op_case(&format!("{t}[{i}] f64"), d, DType::F64, &[&[5, 7], &[7, 3]], op, 1e-12);
         }
+    };
+    integer_ops => |t, d| {
+        let ops: [Body; 6] = [
+            |_, x| x[0].clone() + x[1].clone() * x[0].clone(),
+            |_, x| x[0].clone() - x[1].clone(),
+            |_, x| x[0].clone() / x[1].clone(),
+            |_, x| x[0].maximum(&x[1]) - x[0].minimum(&x[1]),
+            |_, x| x[0].abs() + x[1].sign() - x[0].neg(),
+            |_, x| x[0].le(&x[1]).select(&x[0], &x[1]).sum(&[1]),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}] i32"), d, DType::I32, &[&[5, 7], &[5, 7]], op, 0.0);
+            op_case(&format!("{t}[{i}] i64"), d, DType::I64, &[&[5, 7], &[5, 7]], op, 0.0);
+        }
+    };
+    storage_types_in_and_out => |t, d| {
+        let build = || {
+            let specs = [
+                ("h", TensorSpec::new(DType::F16, &[40])),
+                ("b", TensorSpec::new(DType::BF16, &[40])),
+                ("u", TensorSpec::new(DType::U8, &[40])),
+                ("q", TensorSpec::new(DType::Bool, &[40])),
+            ];
+            let g = trace(&specs, |_, x| {
+                let f32s: Vec<Tensor> = x.iter().map(|v| v.cast(DType::F32)).collect();
+                let f = f32s[0].clone() * f32s[1].clone() + f32s[2].clone() * 3.0 + f32s[3].clone();
+                Ok(vec![
+                    ("h".to_string(), f.cast(DType::F16)),
+                    ("b".to_string(), f.cast(DType::BF16)),
+                    ("u".to_string(), (f.clone() * 40.0).cast(DType::U8)),
+                    ("q".to_string(), f32s[0].gt(&f32s[1])),
+                    ("i".to_string(), (f.clone() * 1e3).cast(DType::I64)),
+                ])
+            })?;
+            Ok((g, CompileOptions::named("storage")))
+        };
+        let args = vec![
+            data(&[40], 1, DType::F16),
+            data(&[40], 2, DType::BF16),
+            Array::new(&[40], (0..40).map(|i| (i * 37 % 256) as u8).collect::<Vec<u8>>()).unwrap(),
+            data(&[40], 4, DType::Bool),
+        ];
+        conform(t, d, build, args, 1, 0.0);
+    };
+    random_programs_with_gradients => |t, d| {
+        // The fusion-equivalence generator (every op family, movement,
+        // casts, gather, and the gradients of it all), 12 fixed scripts.
+        let specs = [
+            ("a", TensorSpec::new(DType::F64, &[3, 4])),
+            ("b", TensorSpec::new(DType::F64, &[4])),
+            ("s", TensorSpec::new(DType::F64, &[])),
+        ];
+        for case in 0..12u64 {
+            let mut rng = InitRng::new(100 + case);
+            let len = 1 + (rng.next_u64() % 23) as usize;
+            let script: Vec<(u8, usize, usize)> = (0..len)
+                .map(|_| ((rng.next_u64() % 17) as u8, (rng.next_u64() % 16) as usize, (rng.next_u64() % 16) as usize))
+                .collect();
+            let build = || Ok((trace(&specs, |tr, x| Ok(common::random_graph::build(&script, tr, x)))?, CompileOptions::named("random")));
+            let args = vec![
+                Array::new(&[3, 4], common::values(12, case)).unwrap(),
+                Array::new(&[4], common::values(4, case + 1)).unwrap(),
+                Array::new(&[], common::values(1, case + 2)).unwrap(),
+            ];
+            conform(&format!("{t}[{case}] {script:?}"), d, build, args, 1, 1e-12);
+        }
+    };
+    cnn_train_step_lenet5 => |t, d| {
+        adam_step_case(t, d, &zoo::lenet5(), &[8, 1, 28, 28], 10, 2, 1e-4);
+    };
+    mlp_train_step_batch_256 => |t, d| {
+        adam_step_case(t, d, &zoo::mlp(&[784, 128, 128, 10]), &[256, 784], 10, 2, 1e-4);
     };
     mlp_train_step_three_steps => |t, d| {
         conform(t, d, || mlp_shared::mlp_train_step(DType::F32), mlp_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);

@@ -2,6 +2,8 @@
 //! check its gradients against central finite differences.
 #![allow(dead_code)]
 
+pub mod random_graph;
+
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::{compile, Array, CompileOptions, DType, Tensor, TensorSpec, Tracer};
 
