@@ -366,9 +366,12 @@ impl Exported {
         let runner = match device {
             Device::Cpu => Runner::Cpu(Box::new(nitro_graph::compile_graph(graph, options)?)),
             #[cfg(feature = "cuda")]
-            Device::Cuda(_) => Runner::Cuda(Box::new(
-                nitro_graph::backend::cuda::CudaProgram::compile_graph(graph, options, device)?,
-            )),
+            Device::Cuda(_) => {
+                crate::ptx_store::install_global();
+                Runner::Cuda(Box::new(
+                    nitro_graph::backend::cuda::CudaProgram::compile_graph(graph, options, device)?,
+                ))
+            }
             #[cfg(not(feature = "cuda"))]
             Device::Cuda(_) => {
                 return Err(ExportError::Graph(nitro_graph::GraphError::Backend(format!(

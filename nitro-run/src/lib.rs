@@ -76,6 +76,8 @@ mod optim;
 pub mod plot;
 mod programs;
 mod progress;
+#[cfg(feature = "cuda")]
+mod ptx_store;
 mod report;
 pub mod safetensors;
 mod schedule;
@@ -94,6 +96,8 @@ pub use metric::{HostOutputs, Metric};
 pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
 pub use programs::{cache_stats, total_compiles};
+#[cfg(feature = "cuda")]
+pub use ptx_store::{DiskPtxStore, PTX_KIND};
 pub use report::{config_table, set_config_report, RunValues};
 pub use schedule::Schedule;
 pub use stop::{Patience, Stopper};
