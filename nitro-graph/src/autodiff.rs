@@ -241,6 +241,14 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
         Op::ScatterAdd { .. } => vec![Some(g.take(&args[1])), None],
         Op::MatMul { ta, tb } => {
             let (a, b) = (x, &args[1]);
+            // Mixed precision (f16/bf16 operands, f32 product): the backward
+            // products take the cotangent in the operands' type too, so
+            // they run at the same precision, and each gradient is stored
+            // in its operand's type.
+            let low = a.dtype();
+            let mixed = matches!(low, DType::F16 | DType::BF16);
+            let g = &if mixed { g.cast(low) } else { g.clone() };
+            let back = |t: Tensor| if mixed { t.cast(low) } else { t };
             let ga = if *ta {
                 b.matmul_t(g, *tb, true)
             } else {
@@ -251,7 +259,7 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             } else {
                 a.matmul_t(g, !*ta, false)
             };
-            vec![Some(ga), Some(gb)]
+            vec![Some(back(ga)), Some(back(gb))]
         }
     }
 }

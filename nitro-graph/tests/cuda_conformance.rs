@@ -396,6 +396,23 @@ conformance! {
     mlp_train_step_batch_256 => |t, d| {
         adam_step_case(t, d, &zoo::mlp(&[784, 128, 128, 10]), &[256, 784], 10, 2, 1e-4);
     };
+    mixed_precision_matmul => |t, d| {
+        // f16/bf16 operands, f32 accumulation and result (cuBLAS GemmEx on
+        // a GPU), forward and both gradients (stored in the operand type).
+        let ops: [Body; 4] = [
+            |_, x| x[0].matmul(&x[1]),
+            |_, x| x[1].t().matmul(&x[0].t()),
+            |tr, x| tr.grad(&x[0].matmul(&x[1]).tanh().sum_all(), &[&x[0]]).unwrap()[0].cast(DType::F32),
+            |tr, x| tr.grad(&x[0].matmul(&x[1]).tanh().sum_all(), &[&x[1]]).unwrap()[0].cast(DType::F32),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            // A gradient is rounded to the low type: another summation
+            // order may round it to the neighbouring value (1 ulp).
+            let (bf, hf) = if i < 2 { (1e-5, 1e-5) } else { (1.0 / 128.0, 1.0 / 1024.0) };
+            op_case(&format!("{t}[{i}] bf16"), d, DType::BF16, &[&[5, 7], &[7, 3]], op, bf);
+            op_case(&format!("{t}[{i}] f16"), d, DType::F16, &[&[5, 7], &[7, 3]], op, hf);
+        }
+    };
     mlp_train_step_three_steps => |t, d| {
         conform(t, d, || mlp_shared::mlp_train_step(DType::F32), mlp_shared::mlp_args(DType::F32, 1.0), 3, 1e-4);
         conform(t, d, || mlp_shared::mlp_train_step(DType::F64), mlp_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);

@@ -277,6 +277,15 @@ fn same_dtype(op: &str, a: &TensorSpec, b: &TensorSpec) -> Result<()> {
 }
 
 /// Dtypes the kernels compute in; storage types must be cast first.
+/// The result type of a product of `operands`: f16/bf16 operands are
+/// mixed precision (f32 accumulation, f32 result, as cuBLAS's `GemmEx`).
+pub fn matmul_output(operands: DType) -> DType {
+    match operands {
+        DType::F16 | DType::BF16 => DType::F32,
+        d => d,
+    }
+}
+
 fn computable(op: &str, d: DType) -> Result<()> {
     if matches!(d, DType::F16 | DType::BF16 | DType::U8) {
         return Err(GraphError::dtype(
@@ -594,12 +603,11 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         Op::MatMul { ta, tb } => {
             let (a, b) = (args[0], args[1]);
             same_dtype(&name, a, b)?;
-            computable(&name, a.dtype)?;
             if !a.dtype.is_float() {
                 return Err(GraphError::dtype(
                     &name,
                     format!("needs float operands, got {}", a.dtype),
-                    "cast to f32",
+                    "cast to f32 (or to bf16/f16 for a mixed-precision product)",
                 ));
             }
             let (ra, rb) = (a.shape.len(), b.shape.len());
@@ -631,7 +639,7 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             }
             let mut shape = a.shape[..ra - 2].to_vec();
             shape.extend([m, n]);
-            Ok(TensorSpec::new(a.dtype, &shape))
+            Ok(TensorSpec::new(matmul_output(a.dtype), &shape))
         }
     }
 }

@@ -3,13 +3,27 @@
 //! strides, never copied.
 
 use super::raw::Raw;
-use nitro_device::DType;
+use nitro_device::{DType, HostBuffer};
 
 /// Below this many multiply-adds the threading overhead outweighs the gain.
 const PARALLEL_MIN_FLOPS: usize = 1 << 18;
 
 /// `out[b] = op(a[b]) @ op(b[b])` for every batch index; shapes as in the IR.
+/// f16/bf16 operands (mixed precision) are widened to f32 first, exactly,
+/// and multiplied with f32 accumulation into the f32 result.
 pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta: bool, tb: bool) {
+    if matches!(a.dtype, DType::F16 | DType::BF16) {
+        let (mut wa, mut wb) = (widen(a), widen(b));
+        return matmul(
+            Raw::of(&mut wa),
+            Raw::of(&mut wb),
+            out,
+            a_shape,
+            b_shape,
+            ta,
+            tb,
+        );
+    }
     let r = a_shape.len();
     let batch: usize = a_shape[..r - 2].iter().product();
     let (ar, ac) = (a_shape[r - 2], a_shape[r - 1]);
@@ -59,4 +73,15 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
         DType::F64 => run!(f64, 0.0f64, 1.0f64),
         other => unreachable!("matmul on {other} is refused at trace time"),
     }
+}
+
+/// An f16/bf16 operand as f32 (every value is exactly representable).
+fn widen(x: Raw) -> HostBuffer {
+    // SAFETY: the dtype says which 16-bit type the buffer holds.
+    HostBuffer::F32(unsafe {
+        match x.dtype {
+            DType::F16 => x.slice::<half::f16>().iter().map(|v| v.to_f32()).collect(),
+            _ => x.slice::<half::bf16>().iter().map(|v| v.to_f32()).collect(),
+        }
+    })
 }

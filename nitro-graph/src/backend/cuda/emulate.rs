@@ -328,8 +328,13 @@ unsafe fn reference_gemm(
                             GemmTypes::F32 => {
                                 *(a as *const f32).add(x) as f64 * *(b as *const f32).add(y) as f64
                             }
-                            GemmTypes::BF16 | GemmTypes::F16 => {
-                                unreachable!("graph matmuls take f32 or f64 operands")
+                            GemmTypes::BF16 => {
+                                let (a, b) = (a as *const half::bf16, b as *const half::bf16);
+                                (*a.add(x)).to_f64() * (*b.add(y)).to_f64()
+                            }
+                            GemmTypes::F16 => {
+                                let (a, b) = (a as *const half::f16, b as *const half::f16);
+                                (*a.add(x)).to_f64() * (*b.add(y)).to_f64()
                             }
                         }
                     };

@@ -225,8 +225,10 @@ pub(crate) fn gemm_call(graph: &Graph, node: NodeId) -> (GemmTypes, GemmShape) {
         ta,
         tb,
     };
-    let types = match nd.spec.dtype {
+    let types = match graph.nodes[nd.args[0]].spec.dtype {
         DType::F64 => GemmTypes::F64,
+        DType::BF16 => GemmTypes::BF16,
+        DType::F16 => GemmTypes::F16,
         _ => GemmTypes::F32,
     };
     (types, shape)
