@@ -104,6 +104,25 @@ fn storage_dtypes_must_be_cast() {
 }
 
 #[test]
+fn scatter_add_takes_numbers_not_storage_types_or_bools() {
+    for (dtype, says) in [
+        (DType::BF16, "bf16 is a storage type"),
+        (DType::Bool, "got bool updates"),
+    ] {
+        let specs = [
+            ("u", TensorSpec::new(dtype, &[3, 2])),
+            ("i", TensorSpec::new(DType::I32, &[3])),
+        ];
+        let msg = trace(&specs, |_, t| {
+            Ok(vec![("y".into(), t[0].scatter_add(&t[1], 4))])
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(msg.contains("scatter_add") && msg.contains(says), "{msg}");
+    }
+}
+
+#[test]
 fn differentiating_a_non_scalar_or_an_integer() {
     let specs = [("x", TensorSpec::f32(&[3]))];
     let err = trace(&specs, |tr, t| {

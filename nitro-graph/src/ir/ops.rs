@@ -585,6 +585,14 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         }
         Op::ScatterAdd { rows } => {
             let (upd, idx) = (args[0], args[1]);
+            computable(&name, upd.dtype)?;
+            if upd.dtype == DType::Bool {
+                return Err(GraphError::dtype(
+                    &name,
+                    "adds numbers, got bool updates",
+                    "cast the updates to i32 or f32 with `.cast(..)`",
+                ));
+            }
             if idx.shape.len() != 1
                 || upd.shape.first() != Some(&idx.shape[0])
                 || !matches!(idx.dtype, DType::I32 | DType::I64)
