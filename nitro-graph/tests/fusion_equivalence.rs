@@ -7,7 +7,7 @@ mod common;
 use common::random_graph::build;
 use common::values;
 use nitro_graph::ir::{Graph, InputDecl, Node, Op};
-use nitro_graph::{compile_graph, trace, Array, CompileOptions, DType, Tensor, TensorSpec};
+use nitro_graph::{compile_graph, trace, Array, CompileOptions, DType, TensorSpec};
 use proptest::prelude::*;
 
 /// Evaluate `graph` one node at a time, each as its own program.

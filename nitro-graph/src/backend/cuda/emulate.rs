@@ -12,7 +12,7 @@
 //! any machine with a C++20 compiler. What it cannot check: NVRTC's own
 //! acceptance of the source, device math-library accuracy, cuBLAS (the
 //! product is computed here by a reference loop over the same
-//! [`GemmShape`](nitro_device::cuda::GemmShape)) and real concurrency
+//! [`GemmShape`]) and real concurrency
 //! between blocks.
 //!
 //! Memory: every planned slot is filled with `0xFF` bytes (NaN, -1) before
