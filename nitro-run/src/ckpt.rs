@@ -114,7 +114,10 @@ impl<E: Experiment> Nitro<E> {
         )?)
     }
 
+    /// The checkpoint of the handle's host values (callers sync first:
+    /// see `save_checkpoint`).
     pub(crate) fn checkpoint(&self) -> Result<Checkpoint> {
+        self.assert_host_fresh();
         let config = self
             .e
             .config_metadata()
@@ -169,10 +172,12 @@ impl<E: Experiment> Nitro<E> {
     }
 
     pub(crate) fn save_checkpoint(
-        &self,
+        &mut self,
         store: &mut Store,
         metrics: &BTreeMap<String, f64>,
     ) -> Result<PathBuf> {
+        // The sync point: a GPU run's values come back before they are saved.
+        self.sync_host()?;
         let ckpt = self.checkpoint()?;
         let mut metrics = metrics.clone();
         if let Some((m, _, maximize)) = &self.run.checkpointer.best {
@@ -268,6 +273,7 @@ impl<E: Experiment> Nitro<E> {
         self.params = params;
         self.state = state;
         self.opt = opt;
+        self.host_replaced();
         // The experiment's Device fields are written back too, so
         // `device_value` and a rebuild from `experiment()` see the restored
         // values, not the construction defaults.
@@ -275,6 +281,7 @@ impl<E: Experiment> Nitro<E> {
             self.e.set_device_value(name, &device_value(a))?;
         }
         self.device = device;
+        self.device_values_changed();
         self.position.step = meta.step;
         self.position.epoch = meta.epoch;
         self.position.batch = meta.position_in_epoch as usize;

@@ -305,17 +305,15 @@ where
     let device_text = m.get_one::<String>("device").map_or("cpu", String::as_str);
     let device = Device::parse(device_text)
         .ok_or_else(|| format!("--device `{device_text}`: expected cpu, cuda or cuda:N"))?;
-    if device != Device::Cpu && name != "export" {
-        return Err(format!(
-            "--device {device}: the Nitro handle trains, evaluates and predicts on the CPU in this version; \
-             `export` the model and run it with `Exported::load_on(path, Device::Cuda(n))` (feature `cuda`)"
-        )
-        .into());
-    }
     init_tracing();
     set_config_report(!quiet);
     let mut n = Nitro::from_recipe(recipe)?;
     n.apply_cli(run_dir, m.get_one::<u64>("max-epochs").copied(), quiet);
+    // Commands that run programs run them on --device; the others (export,
+    // export-params, import-params) only move host values.
+    if matches!(name, "train" | "resume" | "eval" | "predict") {
+        n.use_device(device)?;
+    }
     let dir = n.run.run_dir.clone();
     let restore = |n: &mut Nitro<E>| -> Result<(), Error> {
         match n.resume()? {

@@ -142,6 +142,17 @@ pub enum RunError {
         /// What is missing or wrong.
         reason: String,
     },
+    /// The handle cannot run its programs on the requested device (a build
+    /// without CUDA, no driver, no such GPU, or a device error mid-run).
+    #[error("cannot run on {device}: {reason}; {fix}")]
+    Device {
+        /// The device asked for.
+        device: nitro_graph::Device,
+        /// Why not (the device layer's own message).
+        reason: String,
+        /// What to do instead.
+        fix: &'static str,
+    },
     /// A run setting is out of range.
     #[error("`{setting}`: {reason}")]
     Setting {

@@ -136,8 +136,14 @@ impl<E: Experiment> Nitro<E> {
     /// file that [`Exported::load`] runs without the experiment's code.
     pub fn export(&mut self, path: impl AsRef<Path>) -> Result<PathBuf, ExportError> {
         let width = self.run.batch_size;
-        let compiled = self.program(&Kind::Predict { width }).map_err(Box::new)?;
-        let mut graph: Graph = compiled.program.graph().clone();
+        // The graph is the same on every device: never compile for a GPU
+        // just to export it.
+        let compiled = self
+            .program_on(&Kind::Predict { width }, Device::Cpu)
+            .map_err(Box::new)?;
+        let mut graph: Graph = compiled.program().graph().clone();
+        self.sync_host().map_err(Box::new)?;
+        self.assert_host_fresh();
         let leaves: Vec<String> = graph
             .outputs
             .iter()

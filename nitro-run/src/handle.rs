@@ -14,7 +14,8 @@ use crate::convert::{device_spec, device_to_array, program_dtype, signature, to_
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::metric::{HostOutputs, Metric, Totals};
-use crate::programs::{self, Compiled, Kind, Layout};
+use crate::placement::Placement;
+use crate::programs::{self, Compiled, Executable, Kind, Layout};
 use crate::report::{report_enabled, RunValues};
 use crate::schedule::Schedule;
 use crate::stop::Stopper;
@@ -44,6 +45,9 @@ pub struct Nitro<E: Experiment> {
     pub(crate) stop_after: Option<u64>,
     /// The short-final-batch policy, frozen at construction.
     pub(crate) short_batch: ShortBatch,
+    /// Where programs run; on a GPU, the resident copies of
+    /// params/state/opt/device (see `placement`).
+    pub(crate) placement: Placement,
     reported: bool,
 }
 
@@ -197,6 +201,7 @@ impl<E: Experiment> Nitro<E> {
             compile_log: vec![],
             stop_after: None,
             short_batch,
+            placement: Placement::cpu(),
             reported: false,
         })
     }
@@ -294,14 +299,26 @@ impl<E: Experiment> Nitro<E> {
         &self.transfer
     }
 
-    /// Parameters by path (host copies).
+    /// Parameters by path (host copies, current: a GPU run syncs them
+    /// back before any entry point returns).
     pub fn params(&self) -> BTreeMap<String, Array> {
+        self.assert_host_fresh();
         named(&self.layout.params, &self.params)
     }
 
-    /// Model state by path (host copies).
+    /// Model state by path (host copies, current as for [`Nitro::params`]).
     pub fn state(&self) -> BTreeMap<String, Array> {
+        self.assert_host_fresh();
         named(&self.layout.state, &self.state)
+    }
+
+    /// Every host read of params/state/opt happens after the sync point
+    /// (see `placement`); a read before it would be a nitro bug.
+    pub(crate) fn assert_host_fresh(&self) {
+        debug_assert!(
+            self.placement.host_fresh(),
+            "nitro bug: host params read before the GPU sync point"
+        );
     }
 
     /// The model structure.
@@ -344,6 +361,9 @@ impl<E: Experiment> Nitro<E> {
     /// `checkpointer`, `logger`) are never probed.
     pub fn config_report(&self) -> String {
         let mut text = self.run.report(E::experiment_name());
+        if self.placement.device() != nitro_graph::Device::Cpu {
+            text.push_str(&format!("\n  programs run on {}", self.placement.device()));
+        }
         let e = &self.e;
         let show = |c: Option<f64>| c.map_or_else(|| "off".to_string(), |c| c.to_string());
         let probes: [(&str, String, String); 7] = [
@@ -382,7 +402,17 @@ impl<E: Experiment> Nitro<E> {
     }
 
     pub(crate) fn program(&mut self, kind: &Kind) -> Result<Compiled> {
-        let (compiled, reason) = programs::get(&self.e, &self.model, &self.layout, kind)?;
+        self.program_on(kind, self.placement.device())
+    }
+
+    /// The program for `kind` compiled for `device` (export wants the
+    /// graph, never a GPU compile).
+    pub(crate) fn program_on(
+        &mut self,
+        kind: &Kind,
+        device: nitro_graph::Device,
+    ) -> Result<Compiled> {
+        let (compiled, reason) = programs::get(&self.e, &self.model, &self.layout, kind, device)?;
         if let Some(why) = reason {
             tracing::info!(target: "nitro::compile", program = kind.name(), reason = %why, "compiling");
             if report_enabled() || nitro_cache::log_compiles() {
@@ -451,6 +481,7 @@ impl<E: Experiment> Nitro<E> {
         }
         self.e.set_device_value(name, &value)?;
         self.device[index] = device_to_array(&value);
+        self.device_values_changed();
         Ok(())
     }
 
@@ -475,7 +506,8 @@ impl<E: Experiment> Nitro<E> {
     }
 
     /// Runs `compiled` on params, state, device values and `tail`, moving
-    /// the handle's arrays in and back out (no copies).
+    /// the handle's arrays in and back out (no copies). A CUDA program runs
+    /// on the resident copies instead (see `placement`).
     pub(crate) fn run_program(
         &mut self,
         compiled: &Compiled,
@@ -483,6 +515,15 @@ impl<E: Experiment> Nitro<E> {
         middle: Vec<Array>,
         tail: Vec<Array>,
     ) -> Result<Vec<Array>> {
+        let program = match &compiled.exe {
+            Executable::Cpu(p) => p.clone(),
+            #[cfg(feature = "cuda")]
+            Executable::Cuda(p) => {
+                let mut extra = middle;
+                extra.extend(tail);
+                return self.run_resident(p, with_opt, extra);
+            }
+        };
         let (np, ns, no, nd) = (
             self.params.len(),
             self.state.len(),
@@ -498,14 +539,14 @@ impl<E: Experiment> Nitro<E> {
         args.append(&mut self.device);
         args.extend(middle);
         args.extend(tail);
-        let result = compiled.program.run(&mut args);
+        let result = program.run(&mut args);
         let mut rest = args.drain(..);
         self.params.extend(rest.by_ref().take(np));
         self.state.extend(rest.by_ref().take(ns));
         self.opt.extend(rest.by_ref().take(no));
         self.device.extend(rest.by_ref().take(nd));
         result.map_err(|source| RunError::Exec {
-            program: compiled.program.name().to_string(),
+            program: program.name().to_string(),
             source: Box::new(source),
         })
     }

@@ -4,7 +4,9 @@
 //! **Owns:** [`Experiment`] (four required hooks, defaulted optional ones),
 //! [`Nitro`] (setup in `new`, frozen [`RunValues`], lazy programs through
 //! the process-wide compile cache, [`Nitro::set_device`], padded
-//! [`Nitro::predict`] / [`Nitro::evaluate`]), [`Nitro::train`] (one fused
+//! [`Nitro::predict`] / [`Nitro::evaluate`], [`Nitro::use_device`]: the
+//! programs on a GPU with params and optimizer state resident there,
+//! feature `cuda`), [`Nitro::train`] (one fused
 //! step: forward, loss, grad, clip, optimizer update in place), optimizers,
 //! schedules, metrics, early stopping, checkpoints and exact resume,
 //! progress and Ctrl-C. **Does not own:** tensors and compiling
@@ -73,6 +75,7 @@ mod interrupt;
 mod metric;
 pub mod metrics_log;
 mod optim;
+mod placement;
 pub mod plot;
 mod programs;
 mod progress;

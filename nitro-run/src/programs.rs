@@ -45,7 +45,7 @@ use nitro_cache::{CompileCache, KeyBuilder, Outcome};
 use nitro_graph::nn::layers::Params;
 use nitro_graph::nn::optim::{adam, clip_by_global_norm, sgd, AdamHyper};
 use nitro_graph::{
-    compile, CompileOptions, DType, GraphError, Program, Tensor, TensorSpec, Tracer,
+    compile, CompileOptions, DType, Device, GraphError, Program, Tensor, TensorSpec, Tracer,
 };
 use nitro_markers::{BatchFields, Tree};
 
@@ -56,7 +56,30 @@ use crate::optim::Optimizer;
 
 /// The process-wide compile cache every handle shares: a second handle on
 /// the same experiment with the same GraphConst values compiles nothing.
-pub(crate) static PROGRAMS: LazyLock<CompileCache<Arc<Program>>> = LazyLock::new(CompileCache::new);
+/// CPU and CUDA programs share it; the device is a key part, so they never
+/// collide and a miss between them is explained as a device change.
+pub(crate) static PROGRAMS: LazyLock<CompileCache<Executable>> = LazyLock::new(CompileCache::new);
+
+/// A compiled program for one device.
+#[derive(Clone)]
+pub(crate) enum Executable {
+    /// Runs on the host.
+    Cpu(Arc<Program>),
+    /// Runs on a GPU (it also holds the CPU compile of the same graph).
+    #[cfg(feature = "cuda")]
+    Cuda(Arc<nitro_graph::backend::cuda::CudaProgram>),
+}
+
+impl Executable {
+    /// The CPU program: graph, signature and names (the same on every device).
+    pub fn program(&self) -> &Program {
+        match self {
+            Executable::Cpu(p) => p,
+            #[cfg(feature = "cuda")]
+            Executable::Cuda(p) => p.cpu(),
+        }
+    }
+}
 
 /// Compile counters of one program kind (`train_step`, `eval_step`,
 /// `predict`) in the process-wide cache.
@@ -116,11 +139,16 @@ impl Kind {
 /// A compiled program and the names of the values it returns.
 #[derive(Clone)]
 pub(crate) struct Compiled {
-    pub program: Arc<Program>,
+    pub exe: Executable,
     pub returned: Vec<String>,
 }
 
 impl Compiled {
+    /// The CPU view of the program (graph, names, signature).
+    pub fn program(&self) -> &Program {
+        self.exe.program()
+    }
+
     pub fn index(&self, name: &str) -> Option<usize> {
         self.returned.iter().position(|n| n == name)
     }
@@ -201,12 +229,19 @@ pub(crate) fn inputs(layout: &Layout, kind: &Kind) -> Vec<(String, TensorSpec)> 
     out
 }
 
-/// The program's key: what it is, for which experiment type, every
-/// GraphConst by value, every input signature, and the optimizer structure.
-fn key<E: Experiment>(e: &E, layout: &Layout, kind: &Kind) -> Result<nitro_cache::Key> {
+/// The program's key: what it is, for which experiment type and device,
+/// every GraphConst by value, every input signature, and the optimizer
+/// structure.
+fn key<E: Experiment>(
+    e: &E,
+    layout: &Layout,
+    kind: &Kind,
+    device: Device,
+) -> Result<nitro_cache::Key> {
     let mut b = KeyBuilder::new()
         .part("program", kind.name())
-        .part("experiment", std::any::type_name::<E>());
+        .part("experiment", std::any::type_name::<E>())
+        .part("device", &device.to_string());
     for (name, value) in e.graph_const_values() {
         b = b.graph_const(name, &value.to_string());
     }
@@ -240,17 +275,18 @@ pub(crate) fn get<E: Experiment>(
     model: &E::Model,
     layout: &Layout,
     kind: &Kind,
+    device: Device,
 ) -> Result<(Compiled, Option<String>)> {
-    let key = key(e, layout, kind)?;
-    let (program, outcome) = PROGRAMS.get_or_compile(kind.name(), &key, None, || {
-        build(e, model, layout, kind).map(Arc::new)
+    let key = key(e, layout, kind, device)?;
+    let (exe, outcome) = PROGRAMS.get_or_compile(kind.name(), &key, None, || {
+        build(e, model, layout, kind, device)
     })?;
     let reason = match outcome {
         Outcome::Miss(why) => Some(why.to_string()),
         _ => None,
     };
-    let returned = program.returned_names().to_vec();
-    Ok((Compiled { program, returned }, reason))
+    let returned = exe.program().returned_names().to_vec();
+    Ok((Compiled { exe, returned }, reason))
 }
 
 /// Leaves of forward's outputs, named by path (a bare tensor is `output`).
@@ -444,7 +480,13 @@ pub(crate) fn check_forward<E: Experiment>(
     .map(drop)
 }
 
-fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -> Result<Program> {
+fn build<E: Experiment>(
+    e: &E,
+    model: &E::Model,
+    layout: &Layout,
+    kind: &Kind,
+    device: Device,
+) -> Result<Executable> {
     let mut options = CompileOptions::named(kind.name());
     if let Kind::Train { optimizer, .. } = kind {
         let mut groups = vec!["p".to_string(), "s".to_string()];
@@ -460,9 +502,22 @@ fn build<E: Experiment>(e: &E, model: &E::Model, layout: &Layout, kind: &Kind) -
             }
         }
     }
-    with_trace(e, model, layout, kind, |specs, f| {
-        compile(specs, options, f)
-    })
+    match device {
+        Device::Cpu => with_trace(e, model, layout, kind, |specs, f| {
+            compile(specs, options, f)
+        })
+        .map(|p| Executable::Cpu(Arc::new(p))),
+        #[cfg(feature = "cuda")]
+        Device::Cuda(_) => with_trace(e, model, layout, kind, |specs, f| {
+            nitro_graph::backend::cuda::CudaProgram::compile(specs, options, f, device)
+        })
+        .map(|p| Executable::Cuda(Arc::new(p))),
+        #[cfg(not(feature = "cuda"))]
+        Device::Cuda(_) => Err(crate::placement::device_error(
+            device,
+            "nitro was built without CUDA".into(),
+        )),
+    }
 }
 
 fn group(

@@ -420,6 +420,10 @@ impl<E: Experiment> Nitro<E> {
             .iter()
             .map(|(n, _)| file.tensors.remove(n).expect("compared above"))
             .collect();
+        // Host params are the truth now; GPU copies (if any) are dropped.
+        // The host state and slots were current already (every entry point
+        // syncs before it returns).
+        self.host_replaced();
         Ok(())
     }
 }

@@ -65,7 +65,7 @@ use crate::error::{Result, RunError};
 use crate::experiment::{Logger, Tensors};
 use crate::metric::HostOutputs;
 use crate::optim::Optimizer;
-use crate::programs::{optimizer_update, PROGRAMS};
+use crate::programs::{optimizer_update, Executable, PROGRAMS};
 use crate::progress::Display;
 
 static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
@@ -315,7 +315,8 @@ where
         key = key.input_sig(name, &signature(spec));
     }
     let key = key.finish()?;
-    let (program, outcome) = PROGRAMS.get_or_compile(kind, &key, None, || {
+    // The step API runs on the CPU: its entries are always `Executable::Cpu`.
+    let (exe, outcome) = PROGRAMS.get_or_compile(kind, &key, None, || {
         build(
             loss_fn,
             &model.model,
@@ -324,8 +325,9 @@ where
             &opt.optimizer,
             with_grads,
         )
-        .map(Arc::new)
+        .map(|p| Executable::Cpu(Arc::new(p)))
     })?;
+    let program = exe.program();
     if let Outcome::Miss(why) = outcome {
         if nitro_cache::log_compiles() {
             eprintln!("nitro: compiling {why}");

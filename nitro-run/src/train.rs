@@ -95,6 +95,7 @@ impl<E: Experiment> Nitro<E> {
         let dtype = self.layout.dtype;
         let total = self.run.total;
         let mut lr = self.run.optimizer.lr();
+        let mut device_changed = false;
         for (target, schedule) in &self.scheduled {
             let v = schedule.value(step, total);
             if target == "lr" {
@@ -106,7 +107,11 @@ impl<E: Experiment> Nitro<E> {
                     data: DeviceData::F32(vec![v as f32]),
                 };
                 self.e.set_device_value(self.layout.device[i].0, &value)?;
+                device_changed = true;
             }
+        }
+        if device_changed {
+            self.device_values_changed();
         }
         let mut out: Vec<Array> = self
             .run
@@ -162,7 +167,19 @@ impl<E: Experiment> Nitro<E> {
     /// Trains from the current position to `max_epochs` (or an early stop,
     /// an interrupt, or a non-finite loss, which is an error naming the step
     /// and epoch and leaves the params at the last finite update).
+    ///
+    /// On a GPU ([`Nitro::use_device`]) params, state and optimizer slots
+    /// stay on the device between steps; they are synced back to the host
+    /// before each checkpoint and when this returns, however it returns.
     pub fn train(&mut self) -> Result<TrainReport> {
+        let trained = self.train_loop();
+        let synced = self.sync_host();
+        let report = trained?;
+        synced?;
+        Ok(report)
+    }
+
+    fn train_loop(&mut self) -> Result<TrainReport> {
         self.report(true);
         interrupt::install();
         let started = Instant::now();

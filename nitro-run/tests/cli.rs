@@ -28,6 +28,10 @@ fn example() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
         build.args(["build", "-p", "nitro-run", "--example", "digits_mlp"]);
+        // The binary gets this test's features (with `cuda`, `--device cuda` runs).
+        if cfg!(feature = "cuda") {
+            build.args(["--features", "cuda"]);
+        }
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             build.arg("--release");
         }
@@ -344,4 +348,30 @@ fn an_exported_model_predicts_exactly_what_predict_returned() {
         .unwrap();
     let err = exported.predict(&wrong).unwrap_err().to_string();
     assert!(err.contains("image") && err.contains("pixels"), "{err}");
+}
+
+#[test]
+fn device_cuda_runs_on_a_gpu_or_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().to_str().unwrap();
+    let args = ["--device", "cuda", "--quiet", "eval", "--run-dir", run_dir];
+    if nitro_graph::Device::Cuda(0).check().is_ok() {
+        // A GPU: the untrained model is evaluated there.
+        let (out, _) = ok(&args);
+        assert!(out.contains("test loss"), "{out}");
+        return;
+    }
+    let err = fails(&args);
+    assert!(err.contains("cannot run on cuda:0"), "{err}");
+    assert!(err.contains("--device cpu"), "{err}");
+    if cfg!(feature = "cuda") {
+        assert!(err.contains("no CUDA driver found"), "{err}");
+    } else {
+        assert!(
+            err.contains("nitro was built without CUDA; rebuild with `--features cuda`"),
+            "{err}"
+        );
+    }
+    // Commands that run no program do not need the device.
+    ok(&["--device", "cuda", "show-config"]);
 }

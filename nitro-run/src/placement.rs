@@ -1,0 +1,320 @@
+//! Where a handle's programs run ([`Nitro::use_device`]) and where its
+//! params, state, optimizer slots and Device values live between calls.
+//!
+//! On the CPU the host arrays are the only copy. On a GPU (feature `cuda`)
+//! they are *resident*: uploaded once when the first program runs, updated
+//! in place by the train step (buffer donation) and never copied back per
+//! step. Each call uploads only its batch fields and scalar
+//! hyperparameters, through the device's staged path (pinned memory on the
+//! copy stream, so no upload waits for the main stream), and downloads only
+//! the outputs it returns (the loss, metrics' outputs, predictions).
+//!
+//! **One sync point.** After a train step the host copies of params, state
+//! and optimizer slots are stale. [`Nitro::sync_host`] is the only way
+//! they become fresh again, and it runs before every host read: each
+//! checkpoint save, `export`, and the end of every `train()` call, whatever
+//! way it ends (finished, interrupted, early stop, error). So the public
+//! readers (`params()`, `state()`, `checkpoint`, safetensors) always see
+//! the latest values, and they assert it in debug builds. Host writes go
+//! the other way: a resume or a safetensors load replaces the host arrays
+//! and drops the resident copies ([`Nitro::host_replaced`]); a Device value
+//! written on the host (`set_device`, a schedule) marks the resident Device
+//! values dirty and they are uploaded before the next call.
+
+use nitro_graph::Device;
+
+use crate::error::{Result, RunError};
+use crate::experiment::Experiment;
+use crate::handle::Nitro;
+
+#[cfg(feature = "cuda")]
+use nitro_device::cuda::{CudaBuffer, CudaDevice};
+
+/// The fix named by every error about running on a GPU.
+const CPU_FIX: &str = "run on the CPU with `--device cpu` (`Device::Cpu`)";
+
+/// The handle's execution device and, on a GPU, its resident values.
+pub(crate) struct Placement {
+    device: Device,
+    /// Whether the host params/state/opt are older than the resident ones.
+    host_stale: bool,
+    #[cfg(feature = "cuda")]
+    gpu: Option<CudaDevice>,
+    #[cfg(feature = "cuda")]
+    resident: Option<Resident>,
+}
+
+/// Device copies of the handle's arrays, in the host vectors' order.
+#[cfg(feature = "cuda")]
+struct Resident {
+    params: Vec<CudaBuffer>,
+    state: Vec<CudaBuffer>,
+    opt: Vec<CudaBuffer>,
+    device: Vec<CudaBuffer>,
+    /// A Device value changed on the host since `device` was uploaded.
+    device_dirty: bool,
+}
+
+impl Placement {
+    /// Programs run on the CPU; the host arrays are the only copy.
+    pub(crate) fn cpu() -> Placement {
+        Placement {
+            device: Device::Cpu,
+            host_stale: false,
+            #[cfg(feature = "cuda")]
+            gpu: None,
+            #[cfg(feature = "cuda")]
+            resident: None,
+        }
+    }
+
+    /// The device programs run on.
+    pub(crate) fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Whether the host params/state/opt hold the latest values.
+    pub(crate) fn host_fresh(&self) -> bool {
+        !self.host_stale
+    }
+}
+
+/// The error for a device this process cannot use.
+pub(crate) fn device_error(device: Device, reason: String) -> RunError {
+    RunError::Device {
+        device,
+        reason,
+        fix: CPU_FIX,
+    }
+}
+
+impl<E: Experiment> Nitro<E> {
+    /// Runs this handle's programs on `device` from now on: `Device::Cpu`,
+    /// or `Device::Cuda(n)` (feature `cuda`, a driver and a GPU `n`). The
+    /// GPU is opened now, so a missing driver is an error here, naming the
+    /// fix, not at the first step. Switching back syncs the values to the
+    /// host and frees the GPU copies. Programs compile on first use per
+    /// device (the device is part of every compile key).
+    pub fn use_device(&mut self, device: Device) -> Result<()> {
+        if device == self.placement.device {
+            return Ok(());
+        }
+        self.sync_host()?;
+        match device {
+            Device::Cpu => {
+                self.placement = Placement::cpu();
+                Ok(())
+            }
+            #[cfg(not(feature = "cuda"))]
+            Device::Cuda(_) => Err(RunError::Device {
+                device,
+                reason: "nitro was built without CUDA".into(),
+                fix: "rebuild with `--features cuda`, or run on the CPU with `--device cpu`",
+            }),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(n) => {
+                let gpu = CudaDevice::open(n).map_err(|e| device_error(device, e.to_string()))?;
+                crate::ptx_store::install_global();
+                tracing::info!(target: "nitro::setup", device = %device, gpu = gpu.name(), "programs run on the GPU");
+                self.placement = Placement {
+                    device,
+                    host_stale: false,
+                    gpu: Some(gpu),
+                    resident: None,
+                };
+                Ok(())
+            }
+        }
+    }
+
+    /// The device this handle's programs run on.
+    pub fn execution_device(&self) -> Device {
+        self.placement.device
+    }
+
+    /// The sync point: copies the resident params, state and optimizer
+    /// slots back to the host arrays if a train step changed them since.
+    pub(crate) fn sync_host(&mut self) -> Result<()> {
+        if !self.placement.host_stale {
+            return Ok(());
+        }
+        #[cfg(feature = "cuda")]
+        {
+            let device = self.placement.device;
+            let resident = self
+                .placement
+                .resident
+                .as_ref()
+                .expect("stale host values imply resident ones");
+            let download = |bufs: &[CudaBuffer], like: &[nitro_graph::Array]| {
+                bufs.iter()
+                    .zip(like)
+                    .map(|(b, a)| {
+                        let data = b
+                            .download()
+                            .map_err(|e| device_error(device, e.to_string()))?;
+                        nitro_graph::Array::new(a.shape(), data).map_err(|e| {
+                            device_error(device, format!("a downloaded value does not fit: {e}"))
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            };
+            let params = download(&resident.params, &self.params)?;
+            let state = download(&resident.state, &self.state)?;
+            let opt = download(&resident.opt, &self.opt)?;
+            self.params = params;
+            self.state = state;
+            self.opt = opt;
+        }
+        self.placement.host_stale = false;
+        Ok(())
+    }
+
+    /// The host params/state/opt were replaced (resume, safetensors): they
+    /// are the truth now, and the resident copies are dropped.
+    pub(crate) fn host_replaced(&mut self) {
+        self.placement.host_stale = false;
+        #[cfg(feature = "cuda")]
+        {
+            self.placement.resident = None;
+        }
+    }
+
+    /// A Device value changed on the host: upload it before the next call.
+    pub(crate) fn device_values_changed(&mut self) {
+        #[cfg(feature = "cuda")]
+        if let Some(r) = self.placement.resident.as_mut() {
+            r.device_dirty = true;
+        }
+    }
+
+    /// Runs a CUDA program on the resident values plus `extra` host arrays
+    /// (scalars and batch fields, uploaded through the staged path), as
+    /// `run_program` does on the CPU; returns the program's returned
+    /// outputs, downloaded.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn run_resident(
+        &mut self,
+        program: &nitro_graph::backend::cuda::CudaProgram,
+        with_opt: bool,
+        extra: Vec<nitro_graph::Array>,
+    ) -> Result<Vec<nitro_graph::Array>> {
+        use nitro_graph::{Array, GraphError};
+        let device = self.placement.device;
+        let cpu = program.cpu();
+        let exec = |source: GraphError| RunError::Exec {
+            program: cpu.name().to_string(),
+            source: Box::new(source),
+        };
+        let dev_err = |e: nitro_device::DeviceError| device_error(device, e.to_string());
+        let gpu = self
+            .placement
+            .gpu
+            .clone()
+            .ok_or_else(|| device_error(device, "the GPU was not opened".into()))?;
+        if self.placement.resident.is_none() {
+            // Host values are the truth whenever nothing is resident.
+            debug_assert!(!self.placement.host_stale);
+            let upload = |arrays: &[Array]| {
+                arrays
+                    .iter()
+                    .map(|a| gpu.upload(a.data()))
+                    .collect::<std::result::Result<Vec<_>, _>>()
+            };
+            self.placement.resident = Some(Resident {
+                params: upload(&self.params).map_err(dev_err)?,
+                state: upload(&self.state).map_err(dev_err)?,
+                opt: upload(&self.opt).map_err(dev_err)?,
+                device: upload(&self.device).map_err(dev_err)?,
+                device_dirty: false,
+            });
+        }
+        let resident = self
+            .placement
+            .resident
+            .as_mut()
+            .expect("made resident above");
+        if resident.device_dirty {
+            for (buf, a) in resident.device.iter_mut().zip(&self.device) {
+                let fresh = gpu
+                    .upload_staged(a.data())
+                    .and_then(|p| p.ready())
+                    .map_err(dev_err)?;
+                *buf = fresh;
+            }
+            resident.device_dirty = false;
+        }
+        let (np, ns, no, nd) = (
+            resident.params.len(),
+            resident.state.len(),
+            if with_opt { resident.opt.len() } else { 0 },
+            resident.device.len(),
+        );
+        // The per-call inputs, checked against the program's signature and
+        // queued on the copy stream before any resident buffer moves.
+        let graph = cpu.graph();
+        let first = np + ns + no + nd;
+        if graph.inputs.len() != first + extra.len() {
+            return Err(exec(GraphError::Backend(format!(
+                "the program takes {} inputs; the handle has {}",
+                graph.inputs.len(),
+                first + extra.len()
+            ))));
+        }
+        for (decl, a) in graph.inputs[first..].iter().zip(&extra) {
+            if &decl.spec != a.spec() {
+                return Err(exec(GraphError::Backend(format!(
+                    "input `{}` is {:?}{:?}; the program takes {:?}{:?}",
+                    decl.name,
+                    a.dtype(),
+                    a.shape(),
+                    decl.spec.dtype,
+                    decl.spec.shape
+                ))));
+            }
+        }
+        let pending = extra
+            .iter()
+            .map(|a| gpu.upload_staged(a.data()))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(dev_err)?;
+        let uploaded = pending
+            .into_iter()
+            .map(|p| p.ready())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(dev_err)?;
+        let mut args: Vec<CudaBuffer> = Vec::with_capacity(first + uploaded.len());
+        args.append(&mut resident.params);
+        args.append(&mut resident.state);
+        if with_opt {
+            args.append(&mut resident.opt);
+        }
+        args.append(&mut resident.device);
+        args.extend(uploaded);
+        let result = program.run_device(&mut args);
+        let mut rest = args.drain(..);
+        resident.params.extend(rest.by_ref().take(np));
+        resident.state.extend(rest.by_ref().take(ns));
+        resident.opt.extend(rest.by_ref().take(no));
+        resident.device.extend(rest.by_ref().take(nd));
+        drop(rest);
+        if with_opt {
+            // The step updated params, state and slots in place (even when
+            // it failed part way): the host copies are stale from here on.
+            self.placement.host_stale = true;
+        }
+        let outs = result.map_err(exec)?;
+        cpu.returned_names()
+            .iter()
+            .zip(outs)
+            .map(|(name, buf)| {
+                let index = graph
+                    .output_index(name)
+                    .expect("returned names are graph outputs");
+                let spec = &graph.nodes[graph.outputs[index].1].spec;
+                let data = buf.download().map_err(dev_err)?;
+                Array::new(&spec.shape, data).map_err(exec)
+            })
+            .collect()
+    }
+}
