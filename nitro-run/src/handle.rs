@@ -14,7 +14,7 @@ use crate::convert::{device_spec, device_to_array, program_dtype, signature, to_
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::metric::{HostOutputs, Metric, Totals};
-use crate::placement::Placement;
+use crate::placement::{BatchInputs, Placement};
 use crate::programs::{self, Compiled, Executable, Kind, Layout};
 use crate::report::{report_enabled, RunValues};
 use crate::schedule::Schedule;
@@ -515,15 +515,40 @@ impl<E: Experiment> Nitro<E> {
         middle: Vec<Array>,
         tail: Vec<Array>,
     ) -> Result<Vec<Array>> {
+        self.run_program_then(compiled, with_opt, middle, BatchInputs::Host(tail), |_| {
+            Ok(())
+        })
+    }
+
+    /// [`Nitro::run_program`] with the batch possibly queued ahead
+    /// ([`Nitro::prepare_batch`]) and a hook that runs once the program is
+    /// launched and before its outputs are read: on a GPU, work done there
+    /// overlaps the step (the train loop queues the next batch's upload).
+    pub(crate) fn run_program_then(
+        &mut self,
+        compiled: &Compiled,
+        with_opt: bool,
+        middle: Vec<Array>,
+        tail: BatchInputs,
+        after_launch: impl FnOnce(&Self) -> Result<()>,
+    ) -> Result<Vec<Array>> {
         let program = match &compiled.exe {
             Executable::Cpu(p) => p.clone(),
             #[cfg(feature = "cuda")]
             Executable::Cuda(p) => {
-                let mut extra = middle;
-                extra.extend(tail);
-                return self.run_resident(p, with_opt, extra);
+                return self.run_resident(p, with_opt, middle, tail, after_launch);
             }
         };
+        #[cfg(feature = "cuda")]
+        let BatchInputs::Host(tail) = tail
+        else {
+            return Err(crate::placement::device_error(
+                nitro_graph::Device::Cpu,
+                "a batch staged for a GPU reached a CPU program".into(),
+            ));
+        };
+        #[cfg(not(feature = "cuda"))]
+        let BatchInputs::Host(tail) = tail;
         let (np, ns, no, nd) = (
             self.params.len(),
             self.state.len(),
@@ -545,10 +570,12 @@ impl<E: Experiment> Nitro<E> {
         self.state.extend(rest.by_ref().take(ns));
         self.opt.extend(rest.by_ref().take(no));
         self.device.extend(rest.by_ref().take(nd));
-        result.map_err(|source| RunError::Exec {
+        let outs = result.map_err(|source| RunError::Exec {
             program: program.name().to_string(),
             source: Box::new(source),
-        })
+        })?;
+        after_launch(self)?;
+        Ok(outs)
     }
 
     fn batch_arrays(&self, batch: &Batch, fields: &[String]) -> Result<Vec<Array>> {

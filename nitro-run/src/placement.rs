@@ -9,6 +9,13 @@
 //! copy stream, so no upload waits for the main stream), and downloads only
 //! the outputs it returns (the loss, metrics' outputs, predictions).
 //!
+//! **Overlap.** The train loop hands each step a hook that runs once the
+//! step is queued on the GPU and before its loss is read back: it takes
+//! the next window (gathered meanwhile on another thread) and queues its
+//! upload on the copy stream ([`Nitro::prepare_batch`]), so the next
+//! batch's transfer runs while the current step computes. The next step's
+//! main stream waits on that copy's event, on the device.
+//!
 //! **One sync point.** After a train step the host copies of params, state
 //! and optimizer slots are stale. [`Nitro::sync_host`] is the only way
 //! they become fresh again, and it runs before every host read: each
@@ -21,14 +28,24 @@
 //! written on the host (`set_device`, a schedule) marks the resident Device
 //! values dirty and they are uploaded before the next call.
 
-use nitro_graph::Device;
+use nitro_graph::{Array, Device};
 
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
 
 #[cfg(feature = "cuda")]
-use nitro_device::cuda::{CudaBuffer, CudaDevice};
+use nitro_device::cuda::{CudaBuffer, CudaDevice, PendingUpload};
+
+/// A step's batch inputs: host arrays, or (GPU) arrays whose upload is
+/// already queued on the copy stream.
+pub(crate) enum BatchInputs {
+    /// On the host; a GPU call uploads them when it runs.
+    Host(Vec<Array>),
+    /// Queued by [`Nitro::prepare_batch`], with the shapes they were sent as.
+    #[cfg(feature = "cuda")]
+    Staged(Vec<(nitro_graph::TensorSpec, PendingUpload)>),
+}
 
 /// The fix named by every error about running on a GPU.
 const CPU_FIX: &str = "run on the CPU with `--device cpu` (`Device::Cpu`)";
@@ -180,6 +197,27 @@ impl<E: Experiment> Nitro<E> {
         }
     }
 
+    /// The batch inputs of a coming step. On a GPU their upload is queued
+    /// now, on the copy stream, so it overlaps whatever the device is
+    /// running; on the CPU they stay on the host.
+    pub(crate) fn prepare_batch(&self, arrays: Vec<Array>) -> Result<BatchInputs> {
+        #[cfg(feature = "cuda")]
+        if let Some(gpu) = &self.placement.gpu {
+            let device = self.placement.device;
+            return arrays
+                .into_iter()
+                .map(|a| {
+                    let pending = gpu
+                        .upload_staged(a.data())
+                        .map_err(|e| device_error(device, e.to_string()))?;
+                    Ok((a.spec().clone(), pending))
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(BatchInputs::Staged);
+        }
+        Ok(BatchInputs::Host(arrays))
+    }
+
     /// A Device value changed on the host: upload it before the next call.
     pub(crate) fn device_values_changed(&mut self) {
         #[cfg(feature = "cuda")]
@@ -188,18 +226,21 @@ impl<E: Experiment> Nitro<E> {
         }
     }
 
-    /// Runs a CUDA program on the resident values plus `extra` host arrays
-    /// (scalars and batch fields, uploaded through the staged path), as
-    /// `run_program` does on the CPU; returns the program's returned
-    /// outputs, downloaded.
+    /// Runs a CUDA program on the resident values plus the per-call inputs
+    /// (`middle` scalars uploaded now through the staged path, then the
+    /// batch `tail`, uploaded now or already queued), as `run_program` does
+    /// on the CPU; `after_launch` runs once the program is queued, before
+    /// the returned outputs are downloaded.
     #[cfg(feature = "cuda")]
     pub(crate) fn run_resident(
         &mut self,
         program: &nitro_graph::backend::cuda::CudaProgram,
         with_opt: bool,
-        extra: Vec<nitro_graph::Array>,
-    ) -> Result<Vec<nitro_graph::Array>> {
-        use nitro_graph::{Array, GraphError};
+        middle: Vec<Array>,
+        tail: BatchInputs,
+        after_launch: impl FnOnce(&Self) -> Result<()>,
+    ) -> Result<Vec<Array>> {
+        use nitro_graph::GraphError;
         let device = self.placement.device;
         let cpu = program.cpu();
         let exec = |source: GraphError| RunError::Exec {
@@ -254,33 +295,40 @@ impl<E: Experiment> Nitro<E> {
         // queued on the copy stream before any resident buffer moves.
         let graph = cpu.graph();
         let first = np + ns + no + nd;
-        if graph.inputs.len() != first + extra.len() {
+        let mut pending: Vec<(nitro_graph::TensorSpec, PendingUpload)> = middle
+            .iter()
+            .map(|a| Ok((a.spec().clone(), gpu.upload_staged(a.data())?)))
+            .collect::<std::result::Result<_, nitro_device::DeviceError>>()
+            .map_err(dev_err)?;
+        match tail {
+            BatchInputs::Host(arrays) => {
+                for a in &arrays {
+                    pending.push((
+                        a.spec().clone(),
+                        gpu.upload_staged(a.data()).map_err(dev_err)?,
+                    ));
+                }
+            }
+            BatchInputs::Staged(staged) => pending.extend(staged),
+        }
+        if graph.inputs.len() != first + pending.len() {
             return Err(exec(GraphError::Backend(format!(
                 "the program takes {} inputs; the handle has {}",
                 graph.inputs.len(),
-                first + extra.len()
+                first + pending.len()
             ))));
         }
-        for (decl, a) in graph.inputs[first..].iter().zip(&extra) {
-            if &decl.spec != a.spec() {
+        for (decl, (spec, _)) in graph.inputs[first..].iter().zip(&pending) {
+            if &decl.spec != spec {
                 return Err(exec(GraphError::Backend(format!(
                     "input `{}` is {:?}{:?}; the program takes {:?}{:?}",
-                    decl.name,
-                    a.dtype(),
-                    a.shape(),
-                    decl.spec.dtype,
-                    decl.spec.shape
+                    decl.name, spec.dtype, spec.shape, decl.spec.dtype, decl.spec.shape
                 ))));
             }
         }
-        let pending = extra
-            .iter()
-            .map(|a| gpu.upload_staged(a.data()))
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(dev_err)?;
         let uploaded = pending
             .into_iter()
-            .map(|p| p.ready())
+            .map(|(_, p)| p.ready())
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(dev_err)?;
         let mut args: Vec<CudaBuffer> = Vec::with_capacity(first + uploaded.len());
@@ -304,6 +352,8 @@ impl<E: Experiment> Nitro<E> {
             self.placement.host_stale = true;
         }
         let outs = result.map_err(exec)?;
+        // The step is queued, not finished: work done here overlaps it.
+        after_launch(self)?;
         cpu.returned_names()
             .iter()
             .zip(outs)

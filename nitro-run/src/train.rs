@@ -28,6 +28,7 @@ use crate::experiment::Experiment;
 use crate::handle::{outputs_of, slice_rows, Nitro};
 use crate::interrupt;
 use crate::metric::Totals;
+use crate::placement::BatchInputs;
 use crate::programs::Kind;
 
 /// Where a run is: updates done, and the next batch to take.
@@ -210,7 +211,7 @@ impl<E: Experiment> Nitro<E> {
             let epoch = self.position.epoch;
             let perm = order.permutation(epoch);
             let mut totals = Totals::default();
-            let mut prefetched: Option<Gathered> = None;
+            let mut prefetched: Option<Prepared> = None;
             while self.position.batch < batches {
                 let window = (batches - self.position.batch).min(self.run.accum);
                 let source = WindowSource {
@@ -222,31 +223,43 @@ impl<E: Experiment> Nitro<E> {
                     columns: &columns,
                     host_batches: (!self.train_metrics.is_empty()).then_some(train),
                 };
-                let Gathered {
-                    arrays,
+                let Prepared {
+                    inputs,
                     real,
                     micro,
                 } = match prefetched.take() {
-                    Some(g) => g,
-                    None => source.gather(self.position.batch)?,
+                    Some(p) => p,
+                    None => Prepared::on_host(source.gather(self.position.batch)?),
                 };
                 let hyper = self.hyper_inputs(self.position.step, &real)?;
                 let next_first = self.position.batch + window;
                 let t0 = Instant::now();
                 // The next window is gathered on another thread while this
-                // step runs, so batching stays off the critical path.
-                let (out, next) = std::thread::scope(|scope| {
-                    let next =
+                // step runs, so batching stays off the critical path; once
+                // the step is launched its upload is queued too (on a GPU
+                // it overlaps the step; see `placement`).
+                let mut next: Option<Result<Prepared>> = None;
+                let out = std::thread::scope(|scope| {
+                    let gathering =
                         (next_first < batches).then(|| scope.spawn(|| source.gather(next_first)));
-                    let out = self.run_program(&compiled, true, hyper, arrays);
-                    (
-                        out,
-                        next.map(|h| h.join().expect("the batch-gathering thread does not panic")),
-                    )
+                    self.run_program_then(&compiled, true, hyper, inputs, |me| {
+                        if let Some(h) = gathering {
+                            let gathered =
+                                h.join().expect("the batch-gathering thread does not panic");
+                            next = Some(gathered.and_then(|g| {
+                                Ok(Prepared {
+                                    inputs: me.prepare_batch(g.arrays)?,
+                                    real: g.real,
+                                    micro: g.micro,
+                                })
+                            }));
+                        }
+                        Ok(())
+                    })
                 });
                 report.program_time += t0.elapsed();
-                prefetched = next.transpose()?;
                 let out = out?;
+                prefetched = next.transpose()?;
                 let loss = out[0].item().unwrap_or(f64::NAN);
                 if !loss.is_finite() {
                     display.finish();
@@ -360,6 +373,26 @@ impl<E: Experiment> Nitro<E> {
         report.steps = self.position.step;
         report.wall_time = started.elapsed();
         Ok(report)
+    }
+}
+
+/// The next update's inputs, ready for its step.
+struct Prepared {
+    /// Program inputs (on the host, or already queued for a GPU).
+    inputs: BatchInputs,
+    /// Real rows per micro-batch.
+    real: Vec<usize>,
+    /// Host batches for host-side train metrics.
+    micro: Vec<nitro_data::Batch>,
+}
+
+impl Prepared {
+    fn on_host(g: Gathered) -> Prepared {
+        Prepared {
+            inputs: BatchInputs::Host(g.arrays),
+            real: g.real,
+            micro: g.micro,
+        }
     }
 }
 
