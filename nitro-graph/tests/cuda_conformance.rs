@@ -9,7 +9,10 @@
 //! A third instantiation, `emulated`, runs the very CUDA C each program
 //! generates through host emulation (`backend::cuda::emulate`: the host C++
 //! compiler, the real grids, barriers and warp shuffles), so the generated
-//! kernels are checked on every machine, GPU or not.
+//! kernels are checked on every machine, GPU or not. A fourth, `nvrtc`,
+//! hands every generated kernel to the real NVRTC (which needs no driver and
+//! no GPU, only libnvrtc: `.ci/run` installs it from the NVIDIA wheel) for
+//! two architectures, so the source the GPU will get is known to compile.
 #![cfg(feature = "cuda")]
 
 mod common;
@@ -35,7 +38,13 @@ enum Target {
     Cuda,
     /// The generated CUDA C, run on the host.
     Emulated,
+    /// The generated CUDA C, compiled by NVRTC (nothing runs).
+    Nvrtc,
 }
+
+/// Architectures every kernel is compiled for: Turing (the oldest NVRTC 12
+/// supports without a deprecation warning) and Hopper (the H200).
+const NVRTC_ARCHES: [&str; 2] = ["compute_75", "compute_90"];
 
 /// The runner of `graph` on `target`, or `None` (after one printed line)
 /// when the target does not exist on this machine.
@@ -64,6 +73,23 @@ fn runner(test: &str, target: Target, graph: Graph, options: CompileOptions) -> 
             let p = CudaProgram::generate(graph, options).unwrap();
             let e = HostEmulation::new(p).unwrap_or_else(|e| panic!("{test}: {e}"));
             Some(Box::new(move |a| e.run(a).unwrap()))
+        }
+        Target::Nvrtc => {
+            if let Err(e) = nitro_device::cuda::nvrtc_version() {
+                println!("{test}: skipped: NVRTC not found ({e})");
+                return None;
+            }
+            let p = CudaProgram::generate(graph, options).unwrap();
+            let cuda = p.cuda();
+            for (i, name) in cuda.kernels.iter().enumerate() {
+                for arch in NVRTC_ARCHES {
+                    if let Err(e) = nitro_device::cuda::compile_ptx(name, &cuda.unit(i), arch) {
+                        panic!("{test}: {e}\n{}", cuda.unit(i));
+                    }
+                }
+            }
+            // Compiled, nothing to run: the case ends here.
+            None
         }
     }
 }
@@ -190,6 +216,10 @@ macro_rules! conformance {
         mod emulated {
             use super::*;
             $(#[test] fn $name() { ($body)(concat!("emulated::", stringify!($name)), Target::Emulated) })*
+        }
+        mod nvrtc {
+            use super::*;
+            $(#[test] fn $name() { ($body)(concat!("nvrtc::", stringify!($name)), Target::Nvrtc) })*
         }
     };
 }

@@ -137,7 +137,94 @@ fn bench(names: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// The CUDA libraries nitro loads at run time (cudarc's dynamic loading),
+/// besides the driver's libcuda.
+const CUDA_LIBRARIES: [&str; 3] = ["nvrtc", "cublas", "cublasLt"];
+
+/// Make the CUDA libraries findable by cudarc: the folders that hold them
+/// (a toolkit under /usr/local/cuda, NVIDIA's Python wheels) go on
+/// `LD_LIBRARY_PATH`, and where only a versioned file exists
+/// (`libnvrtc.so.13`, a version cudarc does not list) an unversioned link
+/// to it is made in `target/cuda-libs`. Prints what it found.
+fn cuda_library_path() -> Result<String, String> {
+    let mut dirs: Vec<std::path::PathBuf> = [
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/local/nvidia/lib64",
+        "/usr/lib/x86_64-linux-gnu",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    let site = Command::new("python3")
+        .args([
+            "-c",
+            "import site; print('\\n'.join(site.getsitepackages()))",
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for packages in site.lines() {
+        let nvidia = std::path::Path::new(packages.trim()).join("nvidia");
+        for entry in std::fs::read_dir(&nvidia).into_iter().flatten().flatten() {
+            dirs.push(entry.path().join("lib"));
+        }
+    }
+    let links = std::path::Path::new("target/cuda-libs");
+    std::fs::create_dir_all(links).map_err(|e| format!("{}: {e}", links.display()))?;
+    let mut path = vec![std::fs::canonicalize(links).map_err(|e| e.to_string())?];
+    for lib in CUDA_LIBRARIES {
+        let plain = format!("lib{lib}.so");
+        let mut found = None;
+        for dir in &dirs {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name == plain || name.starts_with(&format!("{plain}.")) {
+                    let better = found
+                        .as_ref()
+                        .is_none_or(|(_, n): &(_, String)| n != &plain);
+                    if better {
+                        found = Some((dir.clone(), name));
+                    }
+                }
+            }
+        }
+        match found {
+            Some((dir, name)) => {
+                eprintln!("xtask test-gpu: {plain}: {}", dir.join(&name).display());
+                if name != plain {
+                    let link = links.join(&plain);
+                    let _ = std::fs::remove_file(&link);
+                    #[cfg(unix)]
+                    std::os::unix::fs::symlink(dir.join(&name), &link)
+                        .map_err(|e| format!("link {}: {e}", link.display()))?;
+                }
+                if !path.contains(&dir) {
+                    path.push(dir);
+                }
+            }
+            None => eprintln!("xtask test-gpu: {plain}: not found (its tests will say so)"),
+        }
+    }
+    let mut joined: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
+    if let Ok(old) = std::env::var("LD_LIBRARY_PATH") {
+        joined.push(old);
+    }
+    Ok(joined.join(":"))
+}
+
 fn test_gpu() -> Result<(), String> {
+    let library_path = cuda_library_path()?;
+    let env = [("LD_LIBRARY_PATH", library_path.as_str())];
+    let _ = Command::new("nvidia-smi")
+        .args([
+            "--query-gpu=name,driver_version,memory.total",
+            "--format=csv,noheader",
+        ])
+        .status();
     // Conformance: every CUDA test (device buffers, codegen, CPU-vs-CUDA
     // op and train-step conformance), printing each skip or result.
     cargo(
@@ -151,7 +238,7 @@ fn test_gpu() -> Result<(), String> {
             "--",
             "--nocapture",
         ],
-        &[],
+        &env,
     )?;
     cargo(
         &[
@@ -166,7 +253,7 @@ fn test_gpu() -> Result<(), String> {
             "--",
             "--nocapture",
         ],
-        &[],
+        &env,
     )?;
     // The Nitro handle on the GPU: digits MLP trained on CUDA vs CPU,
     // resident params synced at checkpoints, a GPU checkpoint resumed on the CPU.
@@ -183,7 +270,7 @@ fn test_gpu() -> Result<(), String> {
             "--",
             "--nocapture",
         ],
-        &[],
+        &env,
     )?;
     // GPU benchmarks as JSON lines: gemm f32/bf16, MLP and CNN train steps at batch 256 and 1024.
     cargo(
@@ -198,6 +285,6 @@ fn test_gpu() -> Result<(), String> {
             "--example",
             "bench_gpu",
         ],
-        &[],
+        &env,
     )
 }

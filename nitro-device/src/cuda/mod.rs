@@ -30,7 +30,7 @@ mod staging;
 
 pub use blas::{GemmShape, GemmTypes};
 pub use buffer::CudaBuffer;
-pub use nvrtc::{nvrtc_version, CudaKernel, KernelArg, PtxCache, PtxStats, PtxStore};
+pub use nvrtc::{compile_ptx, nvrtc_version, CudaKernel, KernelArg, PtxCache, PtxStats, PtxStore};
 pub use pool::PoolStats;
 pub use staging::{
     choose_slot, slot_capacity, PendingUpload, SlotChoice, SlotState, StagingStats,

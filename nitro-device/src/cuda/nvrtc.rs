@@ -193,6 +193,39 @@ impl PtxCache {
     }
 }
 
+/// Compile `source` (CUDA C with `extern "C"` kernels) to PTX for the
+/// virtual architecture `arch` (`compute_90`), through the process-wide
+/// [`PtxCache`] (memory, then its store, then NVRTC). Needs only NVRTC, no
+/// driver and no GPU, so generated code can be checked on any machine where
+/// libnvrtc loads; a rejected source is [`DeviceError::Compile`] with the
+/// NVRTC log.
+pub fn compile_ptx(name: &str, source: &str, arch: &str) -> Result<Arc<str>, DeviceError> {
+    let version = nvrtc_version()?;
+    let options = vec![format!("--gpu-architecture={arch}")];
+    let key = PtxCache::key(source, &options, arch, version);
+    PtxCache::global().get_or_compile(&key, || {
+        guarded("nvrtcCompileProgram", || {
+            let opts = CompileOptions {
+                options: options.clone(),
+                name: Some(format!("{name}.cu")),
+                ..Default::default()
+            };
+            compile_ptx_with_opts(source, opts)
+                .map(|p| p.to_src())
+                .map_err(|e| DeviceError::Compile {
+                    kernel: name.to_string(),
+                    arch: arch.to_string(),
+                    log: match e {
+                        CompileError::CompileError { log, .. } => {
+                            log.to_string_lossy().into_owned()
+                        }
+                        other => format!("{other:?}"),
+                    },
+                })
+        })
+    })
+}
+
 /// A kernel argument, passed by value.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KernelArg {
@@ -224,35 +257,10 @@ impl std::fmt::Debug for CudaKernel {
 
 impl CudaDevice {
     /// Compile `source` (CUDA C with `extern "C"` kernels) to PTX for this
-    /// device, through the process-wide [`PtxCache`] (memory, then its
-    /// store, then NVRTC).
+    /// device's architecture (see [`compile_ptx`]).
     pub fn compile(&self, name: &str, source: &str) -> Result<Arc<str>, DeviceError> {
-        let version = nvrtc_version()?;
         let (major, minor) = self.compute_capability();
-        let arch = format!("compute_{major}{minor}");
-        let options = vec![format!("--gpu-architecture={arch}")];
-        let key = PtxCache::key(source, &options, &arch, version);
-        PtxCache::global().get_or_compile(&key, || {
-            guarded("nvrtcCompileProgram", || {
-                let opts = CompileOptions {
-                    options: options.clone(),
-                    name: Some(format!("{name}.cu")),
-                    ..Default::default()
-                };
-                compile_ptx_with_opts(source, opts)
-                    .map(|p| p.to_src())
-                    .map_err(|e| DeviceError::Compile {
-                        kernel: name.to_string(),
-                        arch: arch.clone(),
-                        log: match e {
-                            CompileError::CompileError { log, .. } => {
-                                log.to_string_lossy().into_owned()
-                            }
-                            other => format!("{other:?}"),
-                        },
-                    })
-            })
-        })
+        compile_ptx(name, source, &format!("compute_{major}{minor}"))
     }
 
     /// Load PTX into this device and look up the named kernels.
