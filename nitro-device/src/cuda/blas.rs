@@ -49,6 +49,53 @@ pub struct GemmShape {
     pub tb: bool,
 }
 
+/// The column-major cuBLAS call that computes a row-major [`GemmShape`]:
+/// operands swapped (`B` first), each keeping its transpose flag, leading
+/// dimensions the stored row lengths. Pure, so the mapping is tested on the
+/// host against the BLAS definition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnMajorCall {
+    /// Transpose the first operand (the row-major `B`).
+    pub trans_first: bool,
+    /// Transpose the second operand (the row-major `A`).
+    pub trans_second: bool,
+    /// Rows of the column-major result (`n`).
+    pub rows: usize,
+    /// Columns of the column-major result (`m`).
+    pub cols: usize,
+    /// The contracted dimension.
+    pub depth: usize,
+    /// Leading dimension of the first operand.
+    pub ld_first: usize,
+    /// Leading dimension of the second operand.
+    pub ld_second: usize,
+    /// Leading dimension of the result.
+    pub ld_result: usize,
+    /// Elements between consecutive products of the first operand, second, result.
+    pub strides: (usize, usize, usize),
+}
+
+impl GemmShape {
+    /// The cuBLAS call for this row-major product.
+    pub fn column_major(self) -> ColumnMajorCall {
+        let GemmShape {
+            m, n, k, ta, tb, ..
+        } = self;
+        ColumnMajorCall {
+            trans_first: tb,
+            trans_second: ta,
+            rows: n,
+            cols: m,
+            depth: k,
+            // Leading dimension = the stored row length.
+            ld_first: if tb { k } else { n },
+            ld_second: if ta { m } else { k },
+            ld_result: n,
+            strides: (k * n, m * k, m * n),
+        }
+    }
+}
+
 pub(crate) struct Blas {
     handle: CudaBlas,
 }
@@ -81,14 +128,7 @@ impl CudaDevice {
         b: u64,
         c: u64,
     ) -> Result<(), DeviceError> {
-        let GemmShape {
-            batch,
-            m,
-            n,
-            k,
-            ta,
-            tb,
-        } = shape;
+        let GemmShape { batch, m, n, .. } = shape;
         if batch == 0 || m == 0 || n == 0 {
             return Ok(());
         }
@@ -99,9 +139,7 @@ impl CudaDevice {
                 detail: format!("{what} = {v} does not fit cuBLAS's 32-bit sizes"),
             })
         };
-        // Leading dimension = the stored row length.
-        let lda = if ta { m } else { k };
-        let ldb = if tb { k } else { n };
+        let call = shape.column_major();
         let op = |t: bool| {
             if t {
                 cublasOperation_t::CUBLAS_OP_T
@@ -146,25 +184,25 @@ impl CudaDevice {
         unsafe {
             blas::gemm_strided_batched_ex(
                 *blas_handle.handle.handle(),
-                op(tb),
-                op(ta),
-                int(n, "n")?,
-                int(m, "m")?,
-                int(k, "k")?,
+                op(call.trans_first),
+                op(call.trans_second),
+                int(call.rows, "n")?,
+                int(call.cols, "m")?,
+                int(call.depth, "k")?,
                 alpha,
                 b as *const c_void,
                 in_type,
-                int(ldb, "ldb")?,
-                (k * n) as i64,
+                int(call.ld_first, "ldb")?,
+                call.strides.0 as i64,
                 a as *const c_void,
                 in_type,
-                int(lda, "lda")?,
-                (m * k) as i64,
+                int(call.ld_second, "lda")?,
+                call.strides.1 as i64,
                 beta,
                 c as *mut c_void,
                 out_type,
-                int(n, "ldc")?,
-                (m * n) as i64,
+                int(call.ld_result, "ldc")?,
+                call.strides.2 as i64,
                 int(batch, "batch")?,
                 compute,
                 cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,

@@ -28,7 +28,7 @@ mod nvrtc;
 mod pool;
 mod staging;
 
-pub use blas::{GemmShape, GemmTypes};
+pub use blas::{ColumnMajorCall, GemmShape, GemmTypes};
 pub use buffer::CudaBuffer;
 pub use nvrtc::{compile_ptx, nvrtc_version, CudaKernel, KernelArg, PtxCache, PtxStats, PtxStore};
 pub use pool::PoolStats;
