@@ -4,7 +4,9 @@
 //! `ci` runs what `.ci/run` runs (format, lints, docs, tests, the CUDA build),
 //! `bench` builds in release mode and prints one JSON object per line (see
 //! `shared/BENCH.md`), `test-gpu` runs the CUDA conformance suite and GPU
-//! benchmarks on a machine with a driver.
+//! benchmarks on a machine with a driver, and `gpu-bundle` builds the same
+//! checks here into `target/gpu-bundle` (binaries and `run.sh`) for a GPU
+//! machine that has no Rust toolchain.
 
 use std::process::{Command, ExitCode};
 
@@ -19,8 +21,9 @@ fn main() -> ExitCode {
         "ci" => ci(),
         "bench" => bench(&rest),
         "test-gpu" => test_gpu(),
+        "gpu-bundle" => gpu_bundle(),
         _ => {
-            eprintln!("usage: cargo xtask test | test-gpu | bench [NAME...] | ci");
+            eprintln!("usage: cargo xtask test | test-gpu | gpu-bundle | bench [NAME...] | ci");
             return ExitCode::from(if task == "help" { 0 } else { 2 });
         }
     };
@@ -287,4 +290,107 @@ fn test_gpu() -> Result<(), String> {
         ],
         &env,
     )
+}
+
+/// The GPU checks `gpu-bundle` packs: (package, feature, test targets).
+const GPU_TESTS: [(&str, &str, &[&str]); 3] = [
+    (
+        "nitro-device",
+        "nitro-device/cuda",
+        &["cuda_device", "cuda_staging", "cuda_gemm_mapping"],
+    ),
+    (
+        "nitro-graph",
+        "nitro-graph/cuda",
+        &["cuda_conformance", "cuda_codegen"],
+    ),
+    ("nitro-run", "nitro-run/cuda", &["cuda_handle"]),
+];
+
+/// Run `cargo` with `args` and `--message-format=json`; the executables it built.
+fn built_executables(args: &[&str]) -> Result<Vec<std::path::PathBuf>, String> {
+    eprintln!("$ cargo {}", args.join(" "));
+    let out = Command::new(env!("CARGO"))
+        .args(args)
+        .arg("--message-format=json")
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`cargo {}` failed ({})",
+            args.join(" "),
+            out.status
+        ));
+    }
+    const FIELD: &str = "\"executable\":\"";
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let start = line.find(FIELD)? + FIELD.len();
+            let end = start + line[start..].find('"')?;
+            Some(line[start..end].into())
+        })
+        .collect())
+}
+
+/// Build the CUDA test binaries and the GPU benchmark in release mode into
+/// `target/gpu-bundle/` with `run.sh`, stripped of debug info: carry that
+/// folder to a GPU machine and run `bash target/gpu-bundle/run.sh` there.
+fn gpu_bundle() -> Result<(), String> {
+    let dir = std::path::Path::new("target/gpu-bundle");
+    let _ = std::fs::remove_dir_all(dir);
+    let tests = dir.join("tests");
+    std::fs::create_dir_all(&tests).map_err(|e| format!("{}: {e}", tests.display()))?;
+    let mut copies: Vec<(std::path::PathBuf, std::path::PathBuf)> = vec![];
+    for (package, feature, targets) in GPU_TESTS {
+        let mut args = vec![
+            "test",
+            "--release",
+            "--no-run",
+            "--package",
+            package,
+            "--features",
+            feature,
+        ];
+        for t in targets {
+            args.extend(["--test", t]);
+        }
+        for exe in built_executables(&args)? {
+            let stem = exe.file_stem().unwrap_or_default().to_string_lossy();
+            // Cargo names test binaries `<target>-<hash>`.
+            let name = stem.rsplit_once('-').map_or(stem.as_ref(), |(n, _)| n);
+            copies.push((exe.clone(), tests.join(format!("{package}.{name}"))));
+        }
+    }
+    for exe in built_executables(&[
+        "build",
+        "--release",
+        "--package",
+        "nitro-graph",
+        "--features",
+        "nitro-graph/cuda",
+        "--example",
+        "bench_gpu",
+    ])? {
+        copies.push((exe, dir.join("bench_gpu")));
+    }
+    let mut bytes = 0;
+    for (from, to) in &copies {
+        std::fs::copy(from, to).map_err(|e| format!("copy {}: {e}", from.display()))?;
+        // Debug info is most of a binary's size and useless there.
+        let _ = Command::new("strip").arg("--strip-debug").arg(to).status();
+        bytes += std::fs::metadata(to).map(|m| m.len()).unwrap_or(0);
+    }
+    let script = dir.join("run.sh");
+    std::fs::write(&script, include_str!("gpu_run.sh"))
+        .map_err(|e| format!("{}: {e}", script.display()))?;
+    eprintln!(
+        "xtask gpu-bundle: {} binaries, {:.1} MiB in {}; run there with `bash {}`",
+        copies.len(),
+        bytes as f64 / (1 << 20) as f64,
+        dir.display(),
+        script.display()
+    );
+    Ok(())
 }
