@@ -4,10 +4,12 @@
 //! On the CPU the host arrays are the only copy. On a GPU (feature `cuda`)
 //! they are *resident*: uploaded once when the first program runs, updated
 //! in place by the train step (buffer donation) and never copied back per
-//! step. Each call uploads only its batch fields and scalar
-//! hyperparameters, through the device's staged path (pinned memory on the
-//! copy stream, so no upload waits for the main stream), and downloads only
-//! the outputs it returns (the loss, metrics' outputs, predictions).
+//! step. Each call uploads only its batch fields, through the device's
+//! staged path (pinned memory on the copy stream, so no upload waits for
+//! the main stream), and its scalar hyperparameters and changed Device
+//! values (small copies on the main stream, idle at that point), and
+//! downloads only the outputs it returns (the loss, metrics' outputs,
+//! predictions).
 //!
 //! **Overlap.** The train loop hands each step a hook that runs once the
 //! step is queued on the GPU and before its loss is read back: it takes
@@ -59,6 +61,15 @@ pub(crate) struct Placement {
     gpu: Option<CudaDevice>,
     #[cfg(feature = "cuda")]
     resident: Option<Resident>,
+}
+
+/// A per-call input on its way to the GPU.
+#[cfg(feature = "cuda")]
+enum Incoming {
+    /// Copied on the main stream.
+    Now(CudaBuffer),
+    /// Queued on the copy stream; the main stream waits for it.
+    Queued(PendingUpload),
 }
 
 /// Device copies of the handle's arrays, in the host vectors' order.
@@ -277,10 +288,7 @@ impl<E: Experiment> Nitro<E> {
             .expect("made resident above");
         if resident.device_dirty {
             for (buf, a) in resident.device.iter_mut().zip(&self.device) {
-                let fresh = gpu
-                    .upload_staged(a.data())
-                    .and_then(|p| p.ready())
-                    .map_err(dev_err)?;
+                let fresh = gpu.upload(a.data()).map_err(dev_err)?;
                 *buf = fresh;
             }
             resident.device_dirty = false;
@@ -295,30 +303,36 @@ impl<E: Experiment> Nitro<E> {
         // queued on the copy stream before any resident buffer moves.
         let graph = cpu.graph();
         let first = np + ns + no + nd;
-        let mut pending: Vec<(nitro_graph::TensorSpec, PendingUpload)> = middle
+        // Scalars (hyperparameters) are copied on the main stream, which is
+        // idle here (the last call read its outputs back), so they take no
+        // pinned slot; batch fields go through the staged path, or were
+        // queued ahead by `prepare_batch`.
+        let mut incoming: Vec<(nitro_graph::TensorSpec, Incoming)> = middle
             .iter()
-            .map(|a| Ok((a.spec().clone(), gpu.upload_staged(a.data())?)))
+            .map(|a| Ok((a.spec().clone(), Incoming::Now(gpu.upload(a.data())?))))
             .collect::<std::result::Result<_, nitro_device::DeviceError>>()
             .map_err(dev_err)?;
         match tail {
             BatchInputs::Host(arrays) => {
                 for a in &arrays {
-                    pending.push((
-                        a.spec().clone(),
-                        gpu.upload_staged(a.data()).map_err(dev_err)?,
-                    ));
+                    let queued = gpu.upload_staged(a.data()).map_err(dev_err)?;
+                    incoming.push((a.spec().clone(), Incoming::Queued(queued)));
                 }
             }
-            BatchInputs::Staged(staged) => pending.extend(staged),
+            BatchInputs::Staged(staged) => incoming.extend(
+                staged
+                    .into_iter()
+                    .map(|(spec, queued)| (spec, Incoming::Queued(queued))),
+            ),
         }
-        if graph.inputs.len() != first + pending.len() {
+        if graph.inputs.len() != first + incoming.len() {
             return Err(exec(GraphError::Backend(format!(
                 "the program takes {} inputs; the handle has {}",
                 graph.inputs.len(),
-                first + pending.len()
+                first + incoming.len()
             ))));
         }
-        for (decl, (spec, _)) in graph.inputs[first..].iter().zip(&pending) {
+        for (decl, (spec, _)) in graph.inputs[first..].iter().zip(&incoming) {
             if &decl.spec != spec {
                 return Err(exec(GraphError::Backend(format!(
                     "input `{}` is {:?}{:?}; the program takes {:?}{:?}",
@@ -326,9 +340,12 @@ impl<E: Experiment> Nitro<E> {
                 ))));
             }
         }
-        let uploaded = pending
+        let uploaded = incoming
             .into_iter()
-            .map(|(_, p)| p.ready())
+            .map(|(_, i)| match i {
+                Incoming::Now(buffer) => Ok(buffer),
+                Incoming::Queued(queued) => queued.ready(),
+            })
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(dev_err)?;
         let mut args: Vec<CudaBuffer> = Vec::with_capacity(first + uploaded.len());
