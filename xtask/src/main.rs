@@ -230,51 +230,24 @@ fn test_gpu() -> Result<(), String> {
         .status();
     // Conformance: every CUDA test (device buffers, codegen, CPU-vs-CUDA
     // op and train-step conformance), printing each skip or result.
-    cargo(
-        &[
+    // Conformance and the GPU paths of every crate (device buffers, staged
+    // uploads, codegen, CPU-vs-CUDA op and train-step conformance, the Nitro
+    // handle training on the GPU), printing each skip or result.
+    for (package, feature, targets) in GPU_TESTS {
+        let mut args = vec![
             "test",
             "--release",
             "--package",
-            "nitro-device",
+            package,
             "--features",
-            "cuda",
-            "--",
-            "--nocapture",
-        ],
-        &env,
-    )?;
-    cargo(
-        &[
-            "test",
-            "--release",
-            "--package",
-            "nitro-graph",
-            "--features",
-            "cuda",
-            "--test",
-            "cuda_*",
-            "--",
-            "--nocapture",
-        ],
-        &env,
-    )?;
-    // The Nitro handle on the GPU: digits MLP trained on CUDA vs CPU,
-    // resident params synced at checkpoints, a GPU checkpoint resumed on the CPU.
-    cargo(
-        &[
-            "test",
-            "--release",
-            "--package",
-            "nitro-run",
-            "--features",
-            "cuda",
-            "--test",
-            "cuda_handle",
-            "--",
-            "--nocapture",
-        ],
-        &env,
-    )?;
+            feature,
+        ];
+        for t in targets {
+            args.extend(["--test", t]);
+        }
+        args.extend(["--", "--nocapture"]);
+        cargo(&args, &env)?;
+    }
     // GPU benchmarks as JSON lines: gemm f32/bf16, MLP and CNN train steps at batch 256 and 1024.
     cargo(
         &[
