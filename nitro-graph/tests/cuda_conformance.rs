@@ -157,7 +157,7 @@ type Body = fn(&Tracer, &[Tensor]) -> Tensor;
 /// Runs a compiled program on the device under test.
 type Runner = Box<dyn Fn(&mut [Array]) -> Vec<Array>>;
 
-/// A one-output program over f32/f64 inputs of `shapes`.
+/// A one-output program over inputs of `dtype` and `shapes`.
 fn op_case(test: &str, device: Target, dtype: DType, shapes: &[&[usize]], body: Body, tol: f64) {
     let specs: Vec<(String, TensorSpec)> = shapes
         .iter()
