@@ -29,6 +29,14 @@ pub enum DeviceError {
         /// Elements the buffer has.
         got: usize,
     },
+    /// A buffer holds another shape than the operation expected.
+    #[error("shape mismatch: expected {expected:?}, got {got:?} (reshape the buffer if the layout is right)")]
+    Shape {
+        /// The shape the operation needs.
+        expected: Vec<usize>,
+        /// The buffer's shape.
+        got: Vec<usize>,
+    },
     /// A CUDA library (driver, NVRTC, cuBLAS) call failed.
     #[error("CUDA error in {op}: {detail}")]
     Cuda {

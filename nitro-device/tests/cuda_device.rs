@@ -94,6 +94,21 @@ mod gpu_only {
     }
 
     #[test]
+    fn cuda_buffers_carry_a_shape_that_must_fit_their_length() {
+        let Some(dev) = gpu("cuda_buffers_carry_a_shape_that_must_fit_their_length") else {
+            return;
+        };
+        let flat = dev.upload(&HostBuffer::F32(vec![1.0; 12])).unwrap();
+        assert_eq!(flat.shape(), &[12]);
+        let shaped = flat.reshape(&[3, 4]).unwrap();
+        assert_eq!(shaped.shape(), &[3, 4]);
+        assert_eq!(shaped.try_clone().unwrap().shape(), &[3, 4]);
+        let e = shaped.reshape(&[5, 2]).unwrap_err();
+        assert!(e.to_string().contains("[5, 2]"), "{e}");
+        assert_eq!(dev.alloc_shaped(DType::I32, &[2, 0, 7]).unwrap().len(), 0);
+    }
+
+    #[test]
     fn cuda_copy_checks_dtype_and_length() {
         let Some(dev) = gpu("cuda_copy_checks_dtype_and_length") else {
             return;

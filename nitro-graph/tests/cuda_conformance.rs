@@ -448,3 +448,32 @@ conformance! {
         conform(t, d, || mlp_shared::mlp_train_step(DType::F64), mlp_shared::mlp_args(DType::F64, 1.0), 3, 1e-10);
     };
 }
+
+#[test]
+fn cuda_run_device_checks_shapes_and_returns_shaped_outputs() {
+    let test = "cuda_run_device_checks_shapes_and_returns_shaped_outputs";
+    let g = trace(&[("x", TensorSpec::f32(&[3, 4]))], |_, t| {
+        Ok(vec![("y".to_string(), t[0].sum(&[1]))])
+    })
+    .unwrap();
+    let p = match CudaProgram::compile_graph(g, CompileOptions::named("shapes"), Device::Cuda(0)) {
+        Ok(p) => p,
+        Err(e) if e.to_string().contains("no CUDA driver") => {
+            println!("{test}: skipped: no CUDA driver");
+            return;
+        }
+        Err(e) => panic!("{test}: {e}"),
+    };
+    let dev = nitro_device::cuda::CudaDevice::open(0).unwrap();
+    let ones = nitro_device::HostBuffer::F32(vec![1.0; 12]);
+    let transposed = dev.upload(&ones).unwrap().reshape(&[4, 3]).unwrap();
+    let e = p.run_device(&mut [transposed]).unwrap_err().to_string();
+    assert!(e.contains("shape mismatch") && e.contains("[3, 4]"), "{e}");
+    // A flat upload fits; the output comes back with its own shape.
+    let out = p.run_device(&mut [dev.upload(&ones).unwrap()]).unwrap();
+    assert_eq!(out[0].shape(), &[3]);
+    assert_eq!(
+        out[0].download().unwrap(),
+        nitro_device::HostBuffer::F32(vec![4.0; 3])
+    );
+}

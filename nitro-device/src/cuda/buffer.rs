@@ -14,6 +14,8 @@ pub struct CudaBuffer {
     block: Option<CudaSlice<u8>>,
     dtype: DType,
     len: usize,
+    /// The logical shape (its product is `len`); `[len]` until set.
+    shape: Vec<usize>,
     /// For a staged buffer: the event recorded on the main stream when it is
     /// dropped, which the copy stream waits on before writing the block again.
     fence: Option<CudaEvent>,
@@ -23,9 +25,9 @@ impl std::fmt::Debug for CudaBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "CudaBuffer({}[{}] on cuda:{})",
+            "CudaBuffer({}{:?} on cuda:{})",
             self.dtype,
-            self.len,
+            self.shape,
             self.device.ordinal()
         )
     }
@@ -73,8 +75,14 @@ impl CudaDevice {
             block: Some(block),
             dtype,
             len,
+            shape: vec![len],
             fence: None,
         })
+    }
+
+    /// An uninitialised buffer of `dtype` holding `shape`.
+    pub fn alloc_shaped(&self, dtype: DType, shape: &[usize]) -> Result<CudaBuffer, DeviceError> {
+        self.alloc(dtype, shape.iter().product())?.reshape(shape)
     }
 
     /// A buffer of `len` zeros (all-zero bits: 0, 0.0, false).
@@ -107,8 +115,36 @@ impl CudaBuffer {
             block: Some(block),
             dtype,
             len,
+            shape: vec![len],
             fence: Some(fence),
         }
+    }
+
+    /// The logical shape: `[len]` unless given by [`CudaBuffer::reshape`],
+    /// [`CudaDevice::alloc_shaped`] or a program that returned it.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The same buffer viewed with `shape` (no copy); an error when the
+    /// shape's element count is not the buffer's length.
+    pub fn reshape(mut self, shape: &[usize]) -> Result<CudaBuffer, DeviceError> {
+        self.set_shape(shape)?;
+        Ok(self)
+    }
+
+    /// View this buffer with `shape` in place (see [`CudaBuffer::reshape`]).
+    pub fn set_shape(&mut self, shape: &[usize]) -> Result<(), DeviceError> {
+        let expected: usize = shape.iter().product();
+        if expected != self.len {
+            return Err(DeviceError::Length {
+                shape: shape.to_vec(),
+                expected,
+                got: self.len,
+            });
+        }
+        self.shape = shape.to_vec();
+        Ok(())
     }
 
     /// Element type.
@@ -232,9 +268,9 @@ impl CudaBuffer {
             .map_err(|e| cuda_err("memcpy device to device", e))
     }
 
-    /// A new buffer with the same contents.
+    /// A new buffer with the same contents and shape.
     pub fn try_clone(&self) -> Result<CudaBuffer, DeviceError> {
-        let mut out = self.device.alloc(self.dtype, self.len)?;
+        let mut out = self.device.alloc_shaped(self.dtype, &self.shape)?;
         out.copy_from(self)?;
         Ok(out)
     }

@@ -119,6 +119,15 @@ impl CudaExecutable {
                     got: buf.len(),
                 });
             }
+            // A flat buffer (as uploaded from a host buffer) fits any shape
+            // of its length; a shaped one must be the input's shape.
+            let flat = buf.shape() == [buf.len()];
+            if !flat && buf.shape() != decl.spec.shape.as_slice() {
+                return Err(DeviceError::Shape {
+                    expected: decl.spec.shape.clone(),
+                    got: buf.shape().to_vec(),
+                });
+            }
         }
         let mut guard = self.workspace.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
@@ -128,7 +137,14 @@ impl CudaExecutable {
         self.launch_all(graph, plan, steps, inputs, ws)?;
         for &(input, output) in &plan.swapped {
             match plan.storage[graph.outputs[output].1] {
-                Storage::Slot(s) => std::mem::swap(&mut inputs[input], &mut ws.slots[s]),
+                Storage::Slot(s) => {
+                    let shape = inputs[input].shape().to_vec();
+                    std::mem::swap(&mut inputs[input], &mut ws.slots[s]);
+                    // The input keeps its shape; the slot goes back flat.
+                    inputs[input].set_shape(&shape)?;
+                    let n = ws.slots[s].len();
+                    ws.slots[s].set_shape(&[n])?;
+                }
                 Storage::Input(i) if i == input => {}
                 Storage::Input(i) => {
                     let value = inputs[i].try_clone()?;
@@ -140,11 +156,15 @@ impl CudaExecutable {
         }
         plan.returned_outputs(graph)
             .into_iter()
-            .map(|o| match plan.storage[graph.outputs[o].1] {
-                Storage::Input(i) => inputs[i].try_clone(),
-                Storage::Literal(l) => ws.literals[l].try_clone(),
-                Storage::Slot(s) => ws.slots[s].try_clone(),
-                Storage::Virtual => unreachable!("outputs are always stored"),
+            .map(|o| {
+                let node = graph.outputs[o].1;
+                let copy = match plan.storage[node] {
+                    Storage::Input(i) => inputs[i].try_clone(),
+                    Storage::Literal(l) => ws.literals[l].try_clone(),
+                    Storage::Slot(s) => ws.slots[s].try_clone(),
+                    Storage::Virtual => unreachable!("outputs are always stored"),
+                }?;
+                copy.reshape(&graph.nodes[node].spec.shape)
             })
             .collect()
     }

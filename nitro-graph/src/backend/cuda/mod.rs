@@ -216,7 +216,7 @@ impl CudaProgram {
         let dev = exe.device();
         let mut bufs = inputs
             .iter()
-            .map(|a| dev.upload(a.data()))
+            .map(|a| dev.upload(a.data())?.reshape(a.shape()))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(backend)?;
         let outs = self.run_device(&mut bufs)?;
