@@ -549,27 +549,16 @@ impl<E: Experiment> Nitro<E> {
         };
         #[cfg(not(feature = "cuda"))]
         let BatchInputs::Host(tail) = tail;
-        let (np, ns, no, nd) = (
-            self.params.len(),
-            self.state.len(),
-            if with_opt { self.opt.len() } else { 0 },
-            self.device.len(),
+        let result = crate::placement::lend_values(
+            [
+                Some(&mut self.params),
+                Some(&mut self.state),
+                with_opt.then_some(&mut self.opt),
+                Some(&mut self.device),
+            ],
+            middle.into_iter().chain(tail),
+            |args| program.run(args),
         );
-        let mut args = Vec::with_capacity(np + ns + no + nd + middle.len() + tail.len());
-        args.append(&mut self.params);
-        args.append(&mut self.state);
-        if with_opt {
-            args.append(&mut self.opt);
-        }
-        args.append(&mut self.device);
-        args.extend(middle);
-        args.extend(tail);
-        let result = program.run(&mut args);
-        let mut rest = args.drain(..);
-        self.params.extend(rest.by_ref().take(np));
-        self.state.extend(rest.by_ref().take(ns));
-        self.opt.extend(rest.by_ref().take(no));
-        self.device.extend(rest.by_ref().take(nd));
         let outs = result.map_err(|source| RunError::Exec {
             program: program.name().to_string(),
             source: Box::new(source),

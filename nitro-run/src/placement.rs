@@ -107,6 +107,31 @@ impl Placement {
     }
 }
 
+/// Runs `run` on one argument list made of the handle's value groups
+/// (params, state, optimizer slots when present, Device values) followed by
+/// `extra`, moving the values in and back out without copies: host arrays
+/// for a CPU program, resident buffers for a GPU one.
+pub(crate) fn lend_values<T, R>(
+    mut groups: [Option<&mut Vec<T>>; 4],
+    extra: impl IntoIterator<Item = T>,
+    run: impl FnOnce(&mut [T]) -> R,
+) -> R {
+    let sizes = groups.each_ref().map(|g| g.as_ref().map_or(0, |g| g.len()));
+    let mut args: Vec<T> = Vec::with_capacity(sizes.iter().sum());
+    for group in groups.iter_mut().flatten() {
+        args.append(group);
+    }
+    args.extend(extra);
+    let result = run(&mut args);
+    let mut rest = args.into_iter();
+    for (group, n) in groups.iter_mut().zip(sizes) {
+        if let Some(group) = group {
+            group.extend(rest.by_ref().take(n));
+        }
+    }
+    result
+}
+
 /// The error for a device this process cannot use.
 pub(crate) fn device_error(device: Device, reason: String) -> RunError {
     RunError::Device {
@@ -293,16 +318,13 @@ impl<E: Experiment> Nitro<E> {
             }
             resident.device_dirty = false;
         }
-        let (np, ns, no, nd) = (
-            resident.params.len(),
-            resident.state.len(),
-            if with_opt { resident.opt.len() } else { 0 },
-            resident.device.len(),
-        );
         // The per-call inputs, checked against the program's signature and
         // queued on the copy stream before any resident buffer moves.
         let graph = cpu.graph();
-        let first = np + ns + no + nd;
+        let first = resident.params.len()
+            + resident.state.len()
+            + if with_opt { resident.opt.len() } else { 0 }
+            + resident.device.len();
         // Scalars (hyperparameters) are copied on the main stream, which is
         // idle here (the last call read its outputs back), so they take no
         // pinned slot; batch fields go through the staged path, or were
@@ -348,21 +370,16 @@ impl<E: Experiment> Nitro<E> {
             })
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(dev_err)?;
-        let mut args: Vec<CudaBuffer> = Vec::with_capacity(first + uploaded.len());
-        args.append(&mut resident.params);
-        args.append(&mut resident.state);
-        if with_opt {
-            args.append(&mut resident.opt);
-        }
-        args.append(&mut resident.device);
-        args.extend(uploaded);
-        let result = program.run_device(&mut args);
-        let mut rest = args.drain(..);
-        resident.params.extend(rest.by_ref().take(np));
-        resident.state.extend(rest.by_ref().take(ns));
-        resident.opt.extend(rest.by_ref().take(no));
-        resident.device.extend(rest.by_ref().take(nd));
-        drop(rest);
+        let result = lend_values(
+            [
+                Some(&mut resident.params),
+                Some(&mut resident.state),
+                with_opt.then_some(&mut resident.opt),
+                Some(&mut resident.device),
+            ],
+            uploaded,
+            |args| program.run_device(args),
+        );
         if with_opt {
             // The step updated params, state and slots in place (even when
             // it failed part way): the host copies are stale from here on.

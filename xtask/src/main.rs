@@ -1,4 +1,4 @@
-//! Project automation: `cargo xtask test | test-gpu | bench [NAME...] | ci`.
+//! Project automation: `cargo xtask test | test-gpu | gpu-bundle | bench [NAME...] | ci`.
 //!
 //! `test` runs the workspace tests (the README's test command calls it),
 //! `ci` runs what `.ci/run` runs (format, lints, docs, tests, the CUDA build),
@@ -140,136 +140,23 @@ fn bench(names: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The CUDA libraries nitro loads at run time (cudarc's dynamic loading),
-/// besides the driver's libcuda.
-const CUDA_LIBRARIES: [&str; 3] = ["nvrtc", "cublas", "cublasLt"];
-
-/// Make the CUDA libraries findable by cudarc: the folders that hold them
-/// (a toolkit under /usr/local/cuda, NVIDIA's Python wheels) go on
-/// `LD_LIBRARY_PATH`, and where only a versioned file exists
-/// (`libnvrtc.so.13`, a version cudarc does not list) an unversioned link
-/// to it is made in `target/cuda-libs`. Prints what it found.
-fn cuda_library_path() -> Result<String, String> {
-    let mut dirs: Vec<std::path::PathBuf> = [
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-        "/usr/local/nvidia/lib64",
-        "/usr/lib/x86_64-linux-gnu",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
-    let site = Command::new("python3")
-        .args([
-            "-c",
-            "import site; print('\\n'.join(site.getsitepackages()))",
-        ])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    for packages in site.lines() {
-        let nvidia = std::path::Path::new(packages.trim()).join("nvidia");
-        for entry in std::fs::read_dir(&nvidia).into_iter().flatten().flatten() {
-            dirs.push(entry.path().join("lib"));
-        }
-    }
-    let links = std::path::Path::new("target/cuda-libs");
-    std::fs::create_dir_all(links).map_err(|e| format!("{}: {e}", links.display()))?;
-    let mut path = vec![std::fs::canonicalize(links).map_err(|e| e.to_string())?];
-    for lib in CUDA_LIBRARIES {
-        let plain = format!("lib{lib}.so");
-        let mut found = None;
-        for dir in &dirs {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name == plain || name.starts_with(&format!("{plain}.")) {
-                    let better = found
-                        .as_ref()
-                        .is_none_or(|(_, n): &(_, String)| n != &plain);
-                    if better {
-                        found = Some((dir.clone(), name));
-                    }
-                }
-            }
-        }
-        match found {
-            Some((dir, name)) => {
-                eprintln!("xtask test-gpu: {plain}: {}", dir.join(&name).display());
-                if name != plain {
-                    let link = links.join(&plain);
-                    let _ = std::fs::remove_file(&link);
-                    #[cfg(unix)]
-                    std::os::unix::fs::symlink(dir.join(&name), &link)
-                        .map_err(|e| format!("link {}: {e}", link.display()))?;
-                }
-                if !path.contains(&dir) {
-                    path.push(dir);
-                }
-            }
-            None => eprintln!("xtask test-gpu: {plain}: not found (its tests will say so)"),
-        }
-    }
-    let mut joined: Vec<String> = path.iter().map(|p| p.display().to_string()).collect();
-    if let Ok(old) = std::env::var("LD_LIBRARY_PATH") {
-        joined.push(old);
-    }
-    Ok(joined.join(":"))
-}
-
+/// Build the GPU bundle (see [`gpu_bundle`]) and run it here: the CUDA
+/// conformance suite, every crate's GPU tests (all of them, even when one
+/// fails: GPU time is scarce), then the GPU benchmark's JSON lines. One
+/// script (`run.sh`) finds the CUDA libraries and runs the checks, wherever
+/// they run.
 fn test_gpu() -> Result<(), String> {
-    let library_path = cuda_library_path()?;
-    let env = [("LD_LIBRARY_PATH", library_path.as_str())];
-    let _ = Command::new("nvidia-smi")
-        .args([
-            "--query-gpu=name,driver_version,memory.total",
-            "--format=csv,noheader",
-        ])
-        .status();
-    // Conformance and the GPU paths of every crate (device buffers, staged
-    // uploads, codegen, CPU-vs-CUDA op and train-step conformance, the Nitro
-    // handle training on the GPU), printing each skip or result. A failing
-    // crate does not stop the others: GPU time is scarce.
-    let mut failed = vec![];
-    for (package, feature, targets) in GPU_TESTS {
-        let mut args = vec![
-            "test",
-            "--release",
-            "--package",
-            package,
-            "--features",
-            feature,
-        ];
-        for t in targets {
-            args.extend(["--test", t]);
-        }
-        args.extend(["--", "--nocapture"]);
-        if let Err(e) = cargo(&args, &env) {
-            eprintln!("xtask test-gpu: {e}");
-            failed.push(package);
-        }
-    }
-    // GPU benchmarks as JSON lines: gemm f32/bf16, MLP and CNN train steps at batch 256 and 1024.
-    cargo(
-        &[
-            "run",
-            "--release",
-            "--quiet",
-            "--package",
-            "nitro-graph",
-            "--features",
-            "cuda",
-            "--example",
-            "bench_gpu",
-        ],
-        &env,
-    )?;
-    if failed.is_empty() {
+    gpu_bundle()?;
+    let status = Command::new("bash")
+        .arg("target/gpu-bundle/run.sh")
+        .status()
+        .map_err(|e| format!("cannot run bash: {e}"))?;
+    if status.success() {
         Ok(())
     } else {
-        Err(format!("GPU tests failed in {}", failed.join(", ")))
+        Err(format!(
+            "GPU checks failed ({status}); logs in $OUT or target/gpu-bundle/out"
+        ))
     }
 }
 

@@ -19,7 +19,7 @@
 //! each call, so a kernel that reads an intermediate before it is written
 //! shows up as a wrong result instead of passing by luck.
 
-use super::codegen::{Arg, Grid, Step};
+use super::codegen::{Arg, Step};
 use super::executable::gemm_call;
 use super::CudaProgram;
 use crate::error::{GraphError, Result};
@@ -213,7 +213,6 @@ impl HostEmulation {
                     let Some((blocks, threads)) = grid.dims() else {
                         continue;
                     };
-                    debug_assert!(matches!(grid, Grid::PerElement(_) | Grid::PerBlock(_)));
                     let pointers: Vec<*mut c_void> = params
                         .iter()
                         .map(|Arg::Node(n)| ptr(*n, &mut args, &mut slots))
