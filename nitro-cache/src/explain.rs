@@ -49,6 +49,10 @@ impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Change::Changed {
+                category: Category::Graph,
+                ..
+            } => f.write_str("the traced graph differs (model structure or a captured value)"),
+            Change::Changed {
                 category,
                 name,
                 old,

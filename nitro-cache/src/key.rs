@@ -45,6 +45,10 @@ pub enum Category {
     Config,
     /// The environment the program was compiled for (backend, device, crate version).
     Env,
+    /// A content hash of the traced graph itself: it changes when anything
+    /// the named parts do not capture changes (model structure built from a
+    /// Host value, a constant a closure captured).
+    Graph,
 }
 
 impl Category {
@@ -57,6 +61,7 @@ impl Category {
             Category::Structure => "structure",
             Category::Config => "config",
             Category::Env => "env",
+            Category::Graph => "graph",
         }
     }
 
@@ -69,6 +74,7 @@ impl Category {
             Category::Structure => 4,
             Category::Config => 5,
             Category::Env => 6,
+            Category::Graph => 7,
         }
     }
 }
@@ -177,6 +183,12 @@ impl KeyBuilder {
     /// The environment: backend, device, crate version, e.g. `.env("backend", "cpu")`.
     pub fn env(self, name: &str, value: &str) -> Self {
         self.text(Category::Env, name, value)
+    }
+
+    /// The content hash of the traced graph (see [`Category::Graph`]); a
+    /// miss on it alone is explained as "the traced graph differs".
+    pub fn graph(self, hash: &str) -> Self {
+        self.text(Category::Graph, "traced_graph", hash)
     }
 
     /// Any category, any serialisable value.

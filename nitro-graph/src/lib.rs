@@ -48,7 +48,9 @@ pub mod plan;
 pub mod trace;
 
 pub use error::{GraphError, Result};
-pub use exec::{compile, compile_graph, jit, Array, CompileOptions, Program, ProgramStats};
+pub use exec::{
+    compile, compile_graph, jit, Array, CompileOptions, Program, ProgramStats, Role, Signature,
+};
 pub use ir::{Graph, TensorSpec};
 pub use nitro_device::{DType, Device, HostBuffer};
 pub use trace::{trace, Tensor, Tracer};

@@ -114,6 +114,35 @@ fn write_str(f: &mut fmt::Formatter<'_>, s: &str) -> fmt::Result {
     }
 }
 
+/// Values whose text is longer than this are shown abbreviated in
+/// reports, config files and checkpoints' config records (a dataset-sized
+/// Host field would otherwise fill the screen or the file).
+pub const ABBREVIATE_ABOVE: usize = 160;
+
+impl ConfigValue {
+    /// The value as text, or, when that is longer than
+    /// [`ABBREVIATE_ABOVE`] characters, its kind, size and a content hash
+    /// (`<list of 13200, fnv 9c1f..>`): equal values abbreviate equally, a
+    /// changed one shows a changed hash.
+    pub fn abbreviated(&self) -> String {
+        let text = self.to_string();
+        if text.len() <= ABBREVIATE_ABOVE {
+            return text;
+        }
+        // FNV-1a, 64 bits: stable across builds and platforms.
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        let size = match self {
+            ConfigValue::List(items) => format!("list of {}", items.len()),
+            ConfigValue::Map(entries) => format!("map of {}", entries.len()),
+            ConfigValue::Str(s) => format!("string of {} chars", s.chars().count()),
+            other => other.kind().to_string(),
+        };
+        format!("<{size}, fnv {hash:016x}>")
+    }
+}
+
 impl fmt::Display for ConfigValue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

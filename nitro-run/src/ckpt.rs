@@ -1,5 +1,13 @@
 //! What a checkpoint holds for a run (params, state, optimizer slots, Device
-//! values, position, history, config and fingerprint) and exact resume.
+//! values, position, history, config, fingerprint and the model's traced
+//! structure) and exact resume.
+//!
+//! Resume refuses a checkpoint of another model: another experiment,
+//! another GraphConst value, other parameter shapes, or the same shapes
+//! with another traced forward graph (an activation chosen from a Host
+//! field, say); the refusal lists each difference, with the Host fields
+//! whose values differ as the likely cause. `derive`'s values are
+//! recomputed by setup, never restored.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -7,7 +15,7 @@ use std::path::{Path, PathBuf};
 use nitro_ckpt::{
     BestBy, Checkpoint, Goal, Metadata, MetricsRow, Store, StoreConfig, TensorEntry, Value,
 };
-use nitro_graph::{Array, HostBuffer, TensorSpec};
+use nitro_graph::{Array, Graph, HostBuffer, TensorSpec};
 use nitro_markers::{Category, DeviceData, DeviceValue};
 
 use crate::error::{Result, RunError};
@@ -52,6 +60,91 @@ fn device_value(a: &Array) -> DeviceValue {
     }
 }
 
+/// The model's identity as traced: the forward graph's content hash at a
+/// width, and its op counts (to say what differs).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Structure {
+    pub width: usize,
+    pub hash: String,
+    pub ops: BTreeMap<String, u64>,
+}
+
+impl Structure {
+    pub fn of(graph: &Graph, width: usize) -> Structure {
+        let mut ops = BTreeMap::new();
+        for node in &graph.nodes {
+            *ops.entry(node.op.name()).or_insert(0) += 1;
+        }
+        Structure {
+            width,
+            hash: graph.content_hash(),
+            ops,
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        Value::Map(
+            [
+                ("width".to_string(), Value::UInt(self.width as u64)),
+                ("hash".to_string(), Value::Text(self.hash.clone())),
+                (
+                    "ops".to_string(),
+                    Value::Map(
+                        self.ops
+                            .iter()
+                            .map(|(k, v)| (k.clone(), Value::UInt(*v)))
+                            .collect(),
+                    ),
+                ),
+            ]
+            .into(),
+        )
+    }
+
+    fn from_value(v: &Value) -> Option<Structure> {
+        let Value::Map(m) = v else { return None };
+        let uint = |v: &Value| match v {
+            Value::UInt(u) => Some(*u),
+            Value::Int(i) => u64::try_from(*i).ok(),
+            _ => None,
+        };
+        let Value::Text(hash) = m.get("hash")? else {
+            return None;
+        };
+        let Value::Map(ops) = m.get("ops")? else {
+            return None;
+        };
+        Some(Structure {
+            width: uint(m.get("width")?)? as usize,
+            hash: hash.clone(),
+            ops: ops
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), uint(v)?)))
+                .collect(),
+        })
+    }
+
+    /// The op counts that differ, `name a -> b`.
+    fn op_changes(&self, now: &Structure) -> Vec<String> {
+        let mut names: Vec<&String> = self.ops.keys().chain(now.ops.keys()).collect();
+        names.sort();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|n| {
+                let (a, b) = (
+                    self.ops.get(n).copied().unwrap_or(0),
+                    now.ops.get(n).copied().unwrap_or(0),
+                );
+                (a != b).then(|| format!("{n} x{a} -> x{b}"))
+            })
+            .collect()
+    }
+}
+
+/// The metadata key of the structure record.
+const STRUCTURE: &str = "model_structure";
+
 /// An optimizer slot tree: its name, the param specs, its range in `opt`.
 type SlotTree = (String, Vec<(String, TensorSpec)>, std::ops::Range<usize>);
 
@@ -71,19 +164,25 @@ impl<E: Experiment> Nitro<E> {
         for (n, v) in self.e.graph_const_values() {
             h.update(format!("{n}={v};").as_bytes());
         }
-        for (n, s) in self.layout.params.iter().chain(&self.layout.state) {
+        for (n, s) in self
+            .programs
+            .layout
+            .params
+            .iter()
+            .chain(&self.programs.layout.state)
+        {
             h.update(format!("{n}:{:?}{:?};", s.dtype, s.shape).as_bytes());
         }
         h.finalize().to_hex().to_string()
     }
 
     fn slot_trees(&self) -> Vec<SlotTree> {
-        let np = self.layout.params.len();
-        (0..self.run.optimizer.slots())
+        let np = self.programs.layout.params.len();
+        (0..self.frozen.run.optimizer.slots())
             .map(|k| {
                 (
                     format!("opt{k}"),
-                    self.layout.params.clone(),
+                    self.programs.layout.params.clone(),
                     k * np..(k + 1) * np,
                 )
             })
@@ -91,11 +190,17 @@ impl<E: Experiment> Nitro<E> {
     }
 
     pub(crate) fn open_store(&self) -> Result<Store> {
-        let c = &self.run.checkpointer;
+        let c = &self.frozen.run.checkpointer;
         let mut known: Vec<String> = vec!["loss".into(), "val_loss".into()];
-        known.extend(self.metrics.iter().map(|m| format!("val_{}", m.name)));
         known.extend(
-            self.train_metrics
+            self.frozen
+                .metrics
+                .iter()
+                .map(|m| format!("val_{}", m.name)),
+        );
+        known.extend(
+            self.frozen
+                .train_metrics
                 .iter()
                 .map(|m| format!("train_{}", m.name)),
         );
@@ -105,7 +210,7 @@ impl<E: Experiment> Nitro<E> {
             keep: *keep,
         });
         Ok(Store::open(
-            self.run.run_dir.clone(),
+            self.frozen.run.run_dir.clone(),
             StoreConfig {
                 keep_last: c.keep_last.max(1),
                 best,
@@ -125,10 +230,17 @@ impl<E: Experiment> Nitro<E> {
             .map(|m| nitro_ckpt::ConfigValue {
                 name: m.name.into(),
                 category: format!("{:?}", m.category),
-                value: Value::Text(m.value.to_string()),
+                // GraphConst values are compared on resume and kept whole;
+                // the others are a record, abbreviated when large.
+                value: Value::Text(if m.category == Category::GraphConst {
+                    m.value.to_string()
+                } else {
+                    m.value.abbreviated()
+                }),
             })
             .collect();
         let metrics_history = self
+            .progress
             .history
             .iter()
             .map(|(epoch, values)| MetricsRow {
@@ -138,26 +250,33 @@ impl<E: Experiment> Nitro<E> {
             .collect();
         let mut ckpt = Checkpoint::new(Metadata {
             experiment: E::experiment_name().into(),
-            preset: self.run.preset.clone(),
+            preset: self.frozen.run.preset.clone(),
             config,
             fingerprint: self.fingerprint(),
-            step: self.position.step,
-            epoch: self.position.epoch,
-            position_in_epoch: self.position.batch as u64,
-            data_seed: self.run.seed,
-            schedule: [("update".to_string(), Value::UInt(self.position.step))].into(),
-            metrics_history,
-            user: [(
-                "optimizer".to_string(),
-                Value::Text(self.run.optimizer.structure()),
+            step: self.progress.position.step,
+            epoch: self.progress.position.epoch,
+            position_in_epoch: self.progress.position.batch as u64,
+            data_seed: self.frozen.run.seed,
+            schedule: [(
+                "update".to_string(),
+                Value::UInt(self.progress.position.step),
             )]
+            .into(),
+            metrics_history,
+            user: [
+                (
+                    "optimizer".to_string(),
+                    Value::Text(self.frozen.run.optimizer.structure()),
+                ),
+                (STRUCTURE.to_string(), self.frozen.structure.to_value()),
+            ]
             .into(),
             ..Metadata::default()
         });
-        for ((n, _), a) in self.layout.params.iter().zip(&self.params) {
+        for ((n, _), a) in self.programs.layout.params.iter().zip(&self.params) {
             ckpt.push("params", entry(n, a)?);
         }
-        for ((n, _), a) in self.layout.state.iter().zip(&self.state) {
+        for ((n, _), a) in self.programs.layout.state.iter().zip(&self.state) {
             ckpt.push("state", entry(n, a)?);
         }
         for (tree, names, range) in self.slot_trees() {
@@ -165,7 +284,7 @@ impl<E: Experiment> Nitro<E> {
                 ckpt.push(&tree, entry(n, a)?);
             }
         }
-        for ((n, _), a) in self.layout.device.iter().zip(&self.device) {
+        for ((n, _), a) in self.programs.layout.device.iter().zip(&self.device) {
             ckpt.push("device", entry(n, a)?);
         }
         Ok(ckpt)
@@ -180,14 +299,14 @@ impl<E: Experiment> Nitro<E> {
         self.sync_host()?;
         let ckpt = self.checkpoint()?;
         let mut metrics = metrics.clone();
-        if let Some((m, _, maximize)) = &self.run.checkpointer.best {
+        if let Some((m, _, maximize)) = &self.frozen.run.checkpointer.best {
             // A mid-epoch save has no validation yet: rank it last.
             metrics
                 .entry(m.clone())
                 .or_insert(if *maximize { f64::MIN } else { f64::MAX });
         }
-        let path = store.save(self.position.step, &ckpt, &metrics)?;
-        tracing::info!(target: "nitro::ckpt", step = self.position.step, path = %path.display(), "checkpoint saved");
+        let path = store.save(self.progress.position.step, &ckpt, &metrics)?;
+        tracing::info!(target: "nitro::ckpt", step = self.progress.position.step, path = %path.display(), "checkpoint saved");
         Ok(path)
     }
 
@@ -208,6 +327,63 @@ impl<E: Experiment> Nitro<E> {
     pub fn resume_from(&mut self, path: &Path) -> Result<()> {
         let ckpt = nitro_ckpt::load(path)?;
         self.restore(path, &ckpt)
+    }
+
+    /// How the checkpoint's traced model differs from this handle's: empty
+    /// when the forward graphs agree (or the checkpoint predates the
+    /// record). Traced at the checkpoint's width when it differs.
+    fn structure_differences(&self, meta: &Metadata) -> Vec<String> {
+        let Some(saved) = meta.user.get(STRUCTURE).and_then(Structure::from_value) else {
+            return vec![];
+        };
+        let now =
+            if saved.width == self.frozen.structure.width {
+                self.frozen.structure.clone()
+            } else {
+                let kind = crate::layout::Kind::Predict { width: saved.width };
+                match self.programs.trace(&self.e, &self.model, &kind) {
+                    Ok((_, graph, _)) => Structure::of(&graph, saved.width),
+                    Err(e) => return vec![format!(
+                        "model structure: forward does not trace at the checkpoint's width {}: {e}",
+                        saved.width
+                    )],
+                }
+            };
+        if now.hash == saved.hash {
+            return vec![];
+        }
+        let ops = saved.op_changes(&now);
+        let mut out = vec![format!(
+            "model structure (the traced forward graph differs{})",
+            if ops.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", ops.join(", "))
+            }
+        )];
+        // Host fields shape a model only through build_model: name those
+        // that differ, the likely cause.
+        let saved_host: BTreeMap<&str, String> = meta
+            .config
+            .iter()
+            .filter(|c| c.category == format!("{:?}", Category::Host))
+            .map(|c| (c.name.as_str(), text(&c.value)))
+            .collect();
+        for m in self.e.config_metadata() {
+            if m.category != Category::Host {
+                continue;
+            }
+            let now = m.value.abbreviated();
+            if let Some(old) = saved_host.get(m.name) {
+                if *old != now {
+                    out.push(format!(
+                        "Host `{}` {old} -> {now} (read by build_model?)",
+                        m.name
+                    ));
+                }
+            }
+        }
+        out
     }
 
     fn restore(&mut self, path: &Path, ckpt: &Checkpoint) -> Result<()> {
@@ -237,6 +413,9 @@ impl<E: Experiment> Nitro<E> {
         if differences.is_empty() && meta.fingerprint != self.fingerprint() {
             differences.push("fingerprint (parameter shapes or experiment type)".into());
         }
+        if differences.is_empty() {
+            differences.extend(self.structure_differences(meta));
+        }
         if !differences.is_empty() {
             return Err(RunError::ResumeMismatch {
                 path: path.to_path_buf(),
@@ -257,13 +436,14 @@ impl<E: Experiment> Nitro<E> {
                 })
                 .collect()
         };
-        let params = load("params", &self.layout.params)?;
-        let state = load("state", &self.layout.state)?;
+        let params = load("params", &self.programs.layout.params)?;
+        let state = load("state", &self.programs.layout.state)?;
         let mut opt = vec![];
         for (tree, names, _) in self.slot_trees() {
             opt.extend(load(&tree, &names)?);
         }
         let device_specs: Vec<(String, TensorSpec)> = self
+            .programs
             .layout
             .device
             .iter()
@@ -277,15 +457,20 @@ impl<E: Experiment> Nitro<E> {
         // The experiment's Device fields are written back too, so
         // `device_value` and a rebuild from `experiment()` see the restored
         // values, not the construction defaults.
-        for ((name, _), a) in self.layout.device.iter().zip(&device) {
-            self.e.set_device_value(name, &device_value(a))?;
+        // What derive computed for this run stays (it is recomputed, never
+        // restored); the other Device values come back.
+        for (i, ((name, _), a)) in self.programs.layout.device.iter().zip(device).enumerate() {
+            if self.frozen.derived.contains(name) {
+                continue;
+            }
+            self.e.set_device_value(name, &device_value(&a))?;
+            self.device[i] = a;
         }
-        self.device = device;
         self.device_values_changed();
-        self.position.step = meta.step;
-        self.position.epoch = meta.epoch;
-        self.position.batch = meta.position_in_epoch as usize;
-        self.history = meta
+        self.progress.position.step = meta.step;
+        self.progress.position.epoch = meta.epoch;
+        self.progress.position.batch = meta.position_in_epoch as usize;
+        self.progress.history = meta
             .metrics_history
             .iter()
             .map(|r| (r.step, r.values.clone()))

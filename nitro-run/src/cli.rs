@@ -33,7 +33,7 @@ use nitro_data::{Batch, HostArray};
 use nitro_graph::{Array, Device, HostBuffer};
 use nitro_markers::Recipe;
 
-use crate::experiment::{Experiment, Progress};
+use crate::experiment::Experiment;
 use crate::handle::Nitro;
 use crate::report::{config_table, set_config_report};
 
@@ -167,23 +167,6 @@ fn recipe<E: Experiment>(m: &ArgMatches) -> Result<Recipe<E>, Error> {
     Ok(recipe)
 }
 
-impl<E: Experiment> Nitro<E> {
-    /// Applies command-line run settings before any entry point runs, so
-    /// the handle is still frozen from the first thing it does.
-    fn apply_cli(&mut self, run_dir: Option<&PathBuf>, max_epochs: Option<u64>, quiet: bool) {
-        if let Some(dir) = run_dir {
-            self.run.run_dir = dir.clone();
-        }
-        if let Some(epochs) = max_epochs {
-            self.run.max_epochs = epochs;
-            self.run.total = self.run.updates_per_epoch * epochs;
-        }
-        if quiet {
-            self.run.logger.progress = Progress::Off;
-        }
-    }
-}
-
 /// Removes what a previous run left in `dir` (checkpoints, their manifest,
 /// logs, plots), and nothing else.
 fn clear_run_files(dir: &Path) -> std::io::Result<()> {
@@ -307,14 +290,20 @@ where
         .ok_or_else(|| format!("--device `{device_text}`: expected cpu, cuda or cuda:N"))?;
     init_tracing();
     set_config_report(!quiet);
-    let mut n = Nitro::from_recipe(recipe)?;
-    n.apply_cli(run_dir, m.get_one::<u64>("max-epochs").copied(), quiet);
+    // Run values from the command line are resolved before construction:
+    // the handle, its report and config.txt see them from the start.
+    let overrides = crate::RunOverrides {
+        run_dir: run_dir.cloned(),
+        max_epochs: m.get_one::<u64>("max-epochs").copied(),
+        quiet,
+    };
+    let mut n = Nitro::from_recipe_with(recipe, overrides)?;
     // Commands that run programs run them on --device; the others (export,
     // export-params, import-params) only move host values.
     if matches!(name, "train" | "resume" | "eval" | "predict") {
         n.use_device(device)?;
     }
-    let dir = n.run.run_dir.clone();
+    let dir = n.frozen.run.run_dir.clone();
     let restore = |n: &mut Nitro<E>| -> Result<(), Error> {
         match n.resume()? {
             Some(path) => eprintln!("loaded {} (step {})", path.display(), n.step()),
@@ -328,7 +317,7 @@ where
     match name {
         "train" | "resume" => {
             if name == "train" {
-                clear_run_files(&n.run.run_dir)?;
+                clear_run_files(&n.frozen.run.run_dir)?;
             } else {
                 match n.resume()? {
                     Some(path) => eprintln!("resumed from {} at step {}", path.display(), n.step()),
@@ -441,7 +430,13 @@ fn split_batch<E: Experiment>(n: &Nitro<E>, split: &str) -> Result<Batch, Error>
         _ => None,
     }
     .ok_or_else(|| format!("split `{split}` is absent (train, val, test)"))?;
-    let names: Vec<&str> = n.layout.forward_fields.iter().map(String::as_str).collect();
+    let names: Vec<&str> = n
+        .programs
+        .layout
+        .forward_fields
+        .iter()
+        .map(String::as_str)
+        .collect();
     let indices: Vec<usize> = (0..nitro_data::Dataset::len(set)).collect();
     Ok(nitro_data::Dataset::gather(set, &indices, &names)?)
 }

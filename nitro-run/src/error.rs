@@ -134,6 +134,18 @@ pub enum RunError {
         /// One line per difference, naming the field.
         differences: Vec<String>,
     },
+    /// A metric reads an output leaf or batch field that does not exist.
+    #[error("metric `{metric}` reads {what} `{name}`, which does not exist (there are: {available}); name one of those, or return/load it")]
+    MetricInput {
+        /// The metric's name.
+        metric: String,
+        /// `output leaf` or `batch field`.
+        what: &'static str,
+        /// The name it reads.
+        name: String,
+        /// What exists.
+        available: String,
+    },
     /// A checkpoint lacks a tensor this run needs, or has a different shape.
     #[error("checkpoint {}: {reason}", path.display())]
     CheckpointContent {

@@ -33,9 +33,11 @@ use nitro_graph::{Array, CompileOptions, DType, Device, Graph, HostBuffer, Progr
 
 use crate::convert::to_array;
 use crate::experiment::Experiment;
-use crate::handle::{slice_rows, Nitro};
+use crate::handle::Nitro;
+use crate::infer::{concat_outputs, slice_rows};
+use crate::layout::Kind;
 use crate::metric::HostOutputs;
-use crate::programs::Kind;
+use nitro_graph::exec::signature::{parse_input_name, Role};
 
 const FORMAT: &str = "nitro-export";
 const VERSION: u64 = 1;
@@ -135,7 +137,7 @@ impl<E: Experiment> Nitro<E> {
     /// [`Experiment::export_outputs`] (all of forward's when empty) to one
     /// file that [`Exported::load`] runs without the experiment's code.
     pub fn export(&mut self, path: impl AsRef<Path>) -> Result<PathBuf, ExportError> {
-        let width = self.run.batch_size;
+        let width = self.frozen.run.batch_size;
         // The graph is the same on every device: never compile for a GPU
         // just to export it.
         let compiled = self
@@ -147,7 +149,7 @@ impl<E: Experiment> Nitro<E> {
         let leaves: Vec<String> = graph
             .outputs
             .iter()
-            .filter_map(|(n, _)| n.strip_prefix("out.").map(str::to_string))
+            .filter_map(|(n, _)| n.strip_prefix("out/").map(str::to_string))
             .collect();
         let wanted = self.e.export_outputs();
         for name in &wanted {
@@ -159,19 +161,20 @@ impl<E: Experiment> Nitro<E> {
             }
         }
         graph.outputs.retain(|(n, _)| {
-            let leaf = n.strip_prefix("out.").unwrap_or(n);
+            let leaf = n.strip_prefix("out/").unwrap_or(n);
             wanted.is_empty() || wanted.iter().any(|w| w == leaf)
         });
         let outputs: Vec<Value> = graph
             .outputs
             .iter()
-            .map(|(n, _)| Value::Text(n.strip_prefix("out.").unwrap_or(n).to_string()))
+            .map(|(n, _)| Value::Text(n.strip_prefix("out/").unwrap_or(n).to_string()))
             .collect();
         let inputs: Vec<Value> = self
+            .programs
             .layout
             .fields
             .iter()
-            .filter(|(n, _)| self.layout.forward_fields.contains(n))
+            .filter(|(n, _)| self.programs.layout.forward_fields.contains(n))
             .map(|(n, spec)| {
                 Value::Map(BTreeMap::from([
                     ("name".to_string(), Value::Text(n.clone())),
@@ -193,10 +196,10 @@ impl<E: Experiment> Nitro<E> {
         })?;
         let mut file = Checkpoint::new(Metadata {
             experiment: E::experiment_name().into(),
-            preset: self.run.preset.clone(),
+            preset: self.frozen.run.preset.clone(),
             fingerprint: self.fingerprint(),
-            step: self.position.step,
-            epoch: self.position.epoch,
+            step: self.progress.position.step,
+            epoch: self.progress.position.epoch,
             user: BTreeMap::from([
                 ("format".to_string(), Value::Text(FORMAT.into())),
                 ("version".to_string(), Value::UInt(VERSION)),
@@ -215,13 +218,13 @@ impl<E: Experiment> Nitro<E> {
                 program,
             )?,
         );
-        for ((n, _), a) in self.layout.params.iter().zip(&self.params) {
+        for ((n, _), a) in self.programs.layout.params.iter().zip(&self.params) {
             file.push("params", entry(n, a)?);
         }
-        for ((n, _), a) in self.layout.state.iter().zip(&self.state) {
+        for ((n, _), a) in self.programs.layout.state.iter().zip(&self.state) {
             file.push("state", entry(n, a)?);
         }
-        for ((n, _), a) in self.layout.device.iter().zip(&self.device) {
+        for ((n, _), a) in self.programs.layout.device.iter().zip(&self.device) {
             file.push("device", entry(n, a)?);
         }
         let path = path.as_ref().to_path_buf();
@@ -326,15 +329,13 @@ impl Exported {
         let mut fixed = Vec::new();
         let mut inputs = Vec::new();
         for decl in &graph.inputs {
-            let (group, name) = decl
-                .name
-                .split_once('.')
+            let (role, name) = parse_input_name(&decl.name)
                 .ok_or_else(|| bad(format!("graph input `{}` has no group", decl.name)))?;
-            let tree = match group {
-                "p" => "params",
-                "s" => "state",
-                "d" => "device",
-                "b0" => {
+            let tree = match role {
+                Role::Params => "params",
+                Role::State => "state",
+                Role::Device => "device",
+                Role::Batch(0) => {
                     let mut sample = decl.spec.clone();
                     sample.shape.remove(0);
                     inputs.push((name.to_string(), sample));
@@ -364,7 +365,7 @@ impl Exported {
         // explicit, since `predict` appends them after `fixed`.
         if graph.inputs[fixed.len()..]
             .iter()
-            .any(|d| !d.name.starts_with("b0."))
+            .any(|d| !d.name.starts_with("batch0/"))
         {
             return Err(bad("batch inputs are not last in the program".into()));
         }
@@ -477,7 +478,7 @@ impl Exported {
                     .zip(out)
                     .map(|(n, a)| {
                         (
-                            n.strip_prefix("out.").unwrap_or(n).to_string(),
+                            n.strip_prefix("out/").unwrap_or(n).to_string(),
                             slice_rows(&a, real),
                         )
                     })
@@ -488,6 +489,6 @@ impl Exported {
                 break;
             }
         }
-        Ok(crate::handle::concat_outputs(parts))
+        Ok(concat_outputs(parts))
     }
 }

@@ -71,7 +71,9 @@ mod error;
 mod experiment;
 mod export;
 mod handle;
+mod infer;
 mod interrupt;
+mod layout;
 mod metric;
 pub mod metrics_log;
 mod optim;
@@ -82,11 +84,15 @@ mod progress;
 #[cfg(feature = "cuda")]
 mod ptx_store;
 mod report;
+mod run_state;
 pub mod safetensors;
 mod schedule;
+mod setup;
 pub mod step_api;
 mod stop;
+mod trace;
 mod train;
+mod train_step;
 
 pub use error::{HookError, Result, RunError};
 pub use experiment::{
@@ -95,16 +101,18 @@ pub use experiment::{
 pub use export::{ExportError, Exported};
 pub use handle::Nitro;
 pub use interrupt::request_stop;
-pub use metric::{HostOutputs, Metric};
+pub use metric::{HostOutputs, Metric, MetricReads};
 pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
 pub use programs::{cache_stats, total_compiles};
 #[cfg(feature = "cuda")]
 pub use ptx_store::{DiskPtxStore, PTX_KIND};
 pub use report::{config_table, set_config_report, RunValues};
+pub use run_state::Position;
 pub use schedule::Schedule;
+pub use setup::RunOverrides;
 pub use stop::{Patience, Stopper};
-pub use train::{Position, TrainReport};
+pub use train::TrainReport;
 
 /// The README's Rust examples, compiled as doctests so they cannot rot.
 #[cfg(doctest)]

@@ -13,12 +13,25 @@ pub type HostOutputs = BTreeMap<String, Array>;
 
 type MetricFn = dyn Fn(&HostOutputs, &Batch) -> (f64, f64) + Send + Sync;
 
+/// What a metric reads: output leaves of forward and batch fields. Setup
+/// checks both exist (an error names the missing one and lists what
+/// exists) and gathers the fields for the metric even when no hook
+/// declares them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricReads {
+    /// Output leaves by path (`output` for a bare tensor).
+    pub outputs: Vec<String>,
+    /// Batch fields by name.
+    pub fields: Vec<String>,
+}
+
 /// A named metric: `compute(outputs, batch)` returns `(sum, count)` for one
 /// batch; the reported value is the total sum over the total count.
 pub struct Metric {
     /// The name reported (prefixed `val_` for validation, `train_` in training).
     pub name: String,
     compute: Box<MetricFn>,
+    reads: MetricReads,
 }
 
 impl Metric {
@@ -30,12 +43,30 @@ impl Metric {
         Metric {
             name: name.into(),
             compute: Box::new(compute),
+            reads: MetricReads::default(),
         }
+    }
+
+    /// Declares the output leaves and batch fields the metric reads, so
+    /// setup can check them and route the fields (a metric from
+    /// [`Metric::new`] declares none and sees the routed fields only).
+    pub fn reads(mut self, outputs: &[&str], fields: &[&str]) -> Metric {
+        self.reads = MetricReads {
+            outputs: outputs.iter().map(|s| s.to_string()).collect(),
+            fields: fields.iter().map(|s| s.to_string()).collect(),
+        };
+        self
+    }
+
+    /// What the metric declared it reads.
+    pub fn declared_reads(&self) -> &MetricReads {
+        &self.reads
     }
 
     /// Classification accuracy: argmax of output `output` (`[n, classes]`)
     /// against integer batch field `label` (`[n]`).
     pub fn accuracy(output: &str, label: &str) -> Metric {
+        let reads = [output, label];
         let (output, label) = (output.to_string(), label.to_string());
         Metric::new("acc", move |out, batch| {
             let (Some(logits), Some(labels)) = (out.get(&output), batch.get(&label)) else {
@@ -51,6 +82,7 @@ impl Metric {
                 .count();
             (correct as f64, labels.len() as f64)
         })
+        .reads(&reads[..1], &reads[1..])
     }
 
     /// Renames the metric.

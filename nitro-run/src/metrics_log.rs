@@ -78,6 +78,7 @@ pub(crate) fn write_config(
     experiment: &str,
     preset: Option<&str>,
     meta: &[FieldMeta],
+    run: &crate::report::RunValues,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(run_dir)?;
     let fields: Vec<Value> = meta
@@ -87,19 +88,32 @@ pub(crate) fn write_config(
                 "name": m.name,
                 "category": format!("{:?}", m.category),
                 "type": m.type_name,
-                "value": m.value.to_string(),
+                "value": m.value.abbreviated(),
                 "doc": m.doc,
             })
         })
         .collect();
-    let doc = json!({ "experiment": experiment, "preset": preset, "fields": fields });
+    let doc = json!({
+        "experiment": experiment,
+        "preset": preset,
+        "fields": fields,
+        "run": {
+            "seed": run.seed,
+            "batch_size": run.batch_size,
+            "accum": run.accum,
+            "max_epochs": run.max_epochs,
+            "total_updates": run.total,
+            "run_dir": run.run_dir.display().to_string(),
+            "set_by_driver": run.overridden,
+        },
+    });
     std::fs::write(
         run_dir.join(CONFIG_JSON),
         serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
     )?;
     std::fs::write(
         run_dir.join(CONFIG_TXT),
-        crate::report::config_table(experiment, meta),
+        crate::report::config_table(experiment, meta) + &run.report(experiment) + "\n",
     )
 }
 

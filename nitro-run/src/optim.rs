@@ -99,6 +99,14 @@ impl Optimizer {
         }
     }
 
+    /// The names of [`Optimizer::hyper_values`], in order.
+    pub(crate) fn hyper_names(&self) -> Vec<&'static str> {
+        self.hyper_values(0.0, 0)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    }
+
     /// The traced hyperparameter inputs, by name, with `lr` given (the
     /// scheduled value) and `step` the 1-based update count.
     pub(crate) fn hyper_values(&self, lr: f64, step: u64) -> Vec<(&'static str, f64)> {

@@ -63,15 +63,21 @@ impl<E: Experiment> Nitro<E> {
     /// at the current position. A log that cannot be opened is reported
     /// and skipped: logging never stops a run.
     pub(crate) fn display(&self) -> Display {
-        let run = &self.run;
+        let run = &self.frozen.run;
         let mut columns: Vec<String> = self
+            .frozen
             .train_metrics
             .iter()
             .map(|m| format!("train_{}", m.name))
             .collect();
         if self.data.val.is_some() {
             columns.push("val_loss".into());
-            columns.extend(self.metrics.iter().map(|m| format!("val_{}", m.name)));
+            columns.extend(
+                self.frozen
+                    .metrics
+                    .iter()
+                    .map(|m| format!("val_{}", m.name)),
+            );
         }
         let meta = self.e.config_metadata();
         let opened = write_config(
@@ -79,8 +85,9 @@ impl<E: Experiment> Nitro<E> {
             E::experiment_name(),
             run.preset.as_deref(),
             &meta,
+            run,
         )
-        .and_then(|()| MetricsLog::open(&run.run_dir, self.position.step, columns));
+        .and_then(|()| MetricsLog::open(&run.run_dir, self.progress.position.step, columns));
         let log = match opened {
             Ok(log) => Some(log),
             Err(e) => {
@@ -88,10 +95,11 @@ impl<E: Experiment> Nitro<E> {
                 None
             }
         };
-        let mut display = Display::new(&run.logger, run.total, self.position.step);
+        let mut display = Display::new(&run.logger, run.total, self.progress.position.step);
         display.log = RefCell::new(log);
         display.lr = Some(LrCurve {
             schedule: self
+                .frozen
                 .scheduled
                 .iter()
                 .find(|(t, _)| t == "lr")

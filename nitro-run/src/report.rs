@@ -5,8 +5,12 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::experiment::{Checkpointer, Logger};
+use nitro_data::ShortBatch;
+
+use crate::error::{Result, RunError};
+use crate::experiment::{Checkpointer, Experiment, Logger, Progress};
 use crate::optim::Optimizer;
+use crate::setup::{batches_per_epoch, RunOverrides};
 
 static REPORT: AtomicBool = AtomicBool::new(true);
 
@@ -48,9 +52,81 @@ pub struct RunValues {
     pub checkpointer: Checkpointer,
     /// Progress settings.
     pub logger: Logger,
+    /// The short-final-batch policy.
+    pub short_batch: ShortBatch,
+    /// Run values a driver set (`--run-dir`, `--max-epochs`): reported as
+    /// such, never as redefined accessors.
+    pub overridden: Vec<&'static str>,
 }
 
 impl RunValues {
+    /// Reads every run accessor once, with the driver's overrides applied.
+    pub(crate) fn resolve<E: Experiment>(
+        e: &E,
+        preset: Option<String>,
+        n_train: usize,
+        overrides: &RunOverrides,
+    ) -> Result<RunValues> {
+        let batch_size = e.batch_size();
+        let accum = e.accum();
+        if batch_size == 0 || accum == 0 {
+            return Err(RunError::Setting {
+                setting: if batch_size == 0 {
+                    "batch_size"
+                } else {
+                    "accum"
+                },
+                reason: "must be at least 1".into(),
+            });
+        }
+        let short_batch = e.short_batch();
+        let batches = batches_per_epoch(n_train, batch_size, short_batch);
+        if batches == 0 {
+            return Err(RunError::Setting {
+                setting: "batch_size",
+                reason: format!(
+                    "{batch_size} is larger than the {n_train} training samples; lower it or use `ShortBatch::PadWithMask`"
+                ),
+            });
+        }
+        let updates_per_epoch = batches.div_ceil(accum as u64);
+        let mut overridden = vec![];
+        let max_epochs = match overrides.max_epochs {
+            Some(n) => {
+                overridden.push("max_epochs");
+                n
+            }
+            None => e.max_epochs(),
+        };
+        let run_dir = match &overrides.run_dir {
+            Some(dir) => {
+                overridden.push("run_dir");
+                dir.clone()
+            }
+            None => e.run_dir(),
+        };
+        let mut logger = e.logger();
+        if overrides.quiet {
+            logger.progress = Progress::Off;
+        }
+        Ok(RunValues {
+            seed: e.seed(),
+            batch_size,
+            accum,
+            max_epochs,
+            updates_per_epoch,
+            total: updates_per_epoch * max_epochs,
+            clip: e.clip(),
+            run_dir,
+            preset,
+            optimizer: e.optimizer(),
+            checkpointer: e.checkpointer(),
+            logger,
+            short_batch,
+            overridden,
+        })
+    }
+
     pub(crate) fn report(&self, experiment: &str) -> String {
         let clip = self
             .clip
@@ -71,7 +147,46 @@ impl RunValues {
                 .as_deref()
                 .map(|p| format!("   preset {p}"))
                 .unwrap_or_default()
-        )
+        ) + &if self.overridden.is_empty() {
+            String::new()
+        } else {
+            format!("\n  set by the driver: {}", self.overridden.join(", "))
+        }
+    }
+}
+
+/// The scalar run accessors' values at one moment: taken at construction
+/// and compared with a fresh reading in each report, so an accessor whose
+/// code changed since is flagged (the handle keeps the frozen value).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Probes(Vec<(&'static str, String)>);
+
+impl Probes {
+    pub(crate) fn of<E: Experiment>(e: &E) -> Probes {
+        let clip = e
+            .clip()
+            .map_or_else(|| "off".to_string(), |c| c.to_string());
+        Probes(vec![
+            ("seed", e.seed().to_string()),
+            ("batch_size", e.batch_size().to_string()),
+            ("accum", e.accum().to_string()),
+            ("max_epochs", e.max_epochs().to_string()),
+            ("clip", clip),
+            ("run_dir", e.run_dir().display().to_string()),
+            ("short_batch", format!("{:?}", e.short_batch())),
+        ])
+    }
+
+    /// A `!` line for each accessor that returns something else in `now`.
+    pub(crate) fn drift(&self, now: &Probes) -> Vec<String> {
+        self.0
+            .iter()
+            .zip(&now.0)
+            .filter(|((_, then), (_, now))| then != now)
+            .map(|((name, then), (_, now))| {
+                format!("! `{name}(e)` was redefined: it returned {then} at construction and returns {now} now.")
+            })
+            .collect()
     }
 }
 
@@ -86,7 +201,7 @@ pub fn config_table(experiment: &str, meta: &[nitro_markers::FieldMeta]) -> Stri
                 m.name.to_string(),
                 format!("{:?}", m.category),
                 m.type_name.clone(),
-                m.value.to_string(),
+                m.value.abbreviated(),
                 m.doc.lines().next().unwrap_or("").trim().to_string(),
             ]
         })

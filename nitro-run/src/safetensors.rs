@@ -415,6 +415,7 @@ impl<E: Experiment> Nitro<E> {
             });
         }
         self.params = self
+            .programs
             .layout
             .params
             .iter()

@@ -8,17 +8,19 @@
 //! the process-wide cache (kind `trainstep`, or `trainstep_withgradient`;
 //! see [`cache_stats`](crate::cache_stats)) under a key of:
 //!
-//! - the model: its type, its parameter tree (names, dtypes, shapes) and
-//!   **which model value** it is. A [`ModelAndParams`] gets an identity at
-//!   construction, so a second model compiles its own step even when its
-//!   type and shapes match (a `Chain`'s activations are invisible to both),
-//!   exactly as Flux keys on the model object. Give equal models one
-//!   description with [`ModelAndParams::with_structure`] to share programs;
+//! - the model's type and the loss function's type;
 //! - the optimizer's rule (hyperparameter values are inputs: changing `lr`
 //!   never recompiles);
-//! - the loss function's type (`TypeId`). Values a closure captures are
-//!   baked at its first compile: pass anything that varies in the batch;
-//! - every batch array's dtype and shape.
+//! - every batch array's dtype and shape;
+//! - **the traced graph's content hash**: two models whose `Chain`s differ
+//!   only in an activation, or two closures of one type capturing different
+//!   values, trace different graphs and never share a program; equal
+//!   structures share one. A loss function that captures nothing (a
+//!   zero-sized type) is traced once per model; one that captures values is
+//!   traced every call (a fraction of a millisecond) so a changed capture is
+//!   always seen.
+//!
+//! Programs are tied to their [`ModelAndParams`]: dropping it frees them.
 //!
 //! **A smaller final batch** compiles one additional program for its shape,
 //! once, then reuses it (Flux's choice, and the cache counters show it);
@@ -51,51 +53,57 @@
 //! ```
 
 use std::any::TypeId;
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use nitro_cache::{KeyBuilder, Outcome};
+use nitro_cache::{KeyBuilder, Outcome, OwnerToken};
+use nitro_graph::exec::signature::{Role, Signature};
 use nitro_graph::nn::layers::Params;
-use nitro_graph::{compile, Array, CompileOptions, Program, Tensor, TensorSpec};
+use nitro_graph::{compile_graph, Array, Tensor, TensorSpec};
 use nitro_markers::Tree;
 
-use crate::convert::signature;
+use crate::convert::signature as signature_text;
 use crate::error::{Result, RunError};
 use crate::experiment::{Logger, Tensors};
 use crate::metric::HostOutputs;
 use crate::optim::Optimizer;
-use crate::programs::{optimizer_update, Executable, PROGRAMS};
+use crate::programs::{options_for, typed_outputs, Compiled, Executable, PROGRAMS};
 use crate::progress::Display;
-
-static NEXT_MODEL: AtomicU64 = AtomicU64::new(1);
+use crate::trace::{graph_error, trace_graph, Outputs, Returned};
+use crate::train_step::optimizer_update;
 
 /// A model structure and its parameters, trained in place by [`trainstep`].
+/// The programs compiled for it are freed when it is dropped.
 pub struct ModelAndParams<M> {
     model: M,
     /// Parameters by path; updated in place by every step.
     pub params: Params<Array>,
-    identity: String,
+    /// Ties this model's cache entries to its lifetime.
+    owner: OwnerToken,
+    /// Keys of the steps of capture-free loss functions, which need no
+    /// retrace: each call still looks its key up (the counters count it).
+    memo: Vec<(StepMemoKey, nitro_cache::Key, Arc<[Returned]>)>,
+}
+
+/// What identifies a step program without tracing: a loss function that
+/// captures nothing (a zero-sized type) traces the same graph for the same
+/// model, optimizer rule and batch signature.
+#[derive(Debug, Clone, PartialEq)]
+struct StepMemoKey {
+    loss_fn: TypeId,
+    with_grads: bool,
+    optimizer: String,
+    inputs: Vec<(String, TensorSpec)>,
 }
 
 impl<M> ModelAndParams<M> {
-    /// A model and its initial parameters, with an identity of its own (its
-    /// steps are compiled for it alone).
+    /// A model and its initial parameters.
     pub fn new(model: M, params: Params<Array>) -> Self {
-        let id = NEXT_MODEL.fetch_add(1, Ordering::Relaxed);
         ModelAndParams {
             model,
             params,
-            identity: format!("model #{id}"),
+            owner: OwnerToken::new(),
+            memo: vec![],
         }
-    }
-
-    /// Shares compiled steps with every model given the same description:
-    /// promise that equal descriptions mean equal structure (layers,
-    /// activations), since that is what the key then trusts.
-    pub fn with_structure(mut self, description: &str) -> Self {
-        self.identity = format!("structure {description}");
-        self
     }
 
     /// The model structure.
@@ -163,7 +171,7 @@ impl LossValue for Tensor {
 impl<A: Tree<Tensors>> LossValue for (Tensor, A) {
     type Host = (f64, HostOutputs);
     fn split(self) -> (Tensor, Vec<(String, Tensor)>) {
-        let aux = crate::programs::output_leaves(&self.1);
+        let aux = crate::trace::output_leaves(&self.1);
         (self.0, aux)
     }
     fn host(loss: f64, aux: HostOutputs) -> (f64, HostOutputs) {
@@ -233,9 +241,28 @@ where
     I: IntoIterator<Item = B>,
     B: AsRef<[Array]>,
 {
+    train_with(loss_fn, model, data, opt, &Logger::default())
+}
+
+/// [`train`] with a progress setting (`Progress::Off` prints nothing).
+#[allow(clippy::too_many_arguments)]
+pub fn train_with<M, F, L, I, B>(
+    loss_fn: &F,
+    model: &mut ModelAndParams<M>,
+    data: I,
+    opt: &mut OptState,
+    logger: &Logger,
+) -> Result<StepTrainReport>
+where
+    M: 'static,
+    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    L: LossValue,
+    I: IntoIterator<Item = B>,
+    B: AsRef<[Array]>,
+{
     let data = data.into_iter();
     let total = data.size_hint().0 as u64;
-    let display = Display::new(&Logger::default(), total, 0);
+    let display = Display::new(logger, total, 0);
     let mut report = StepTrainReport::default();
     for batch in data {
         let loss = step::<M, F, L>(loss_fn, model, batch.as_ref(), opt, false)?.loss;
@@ -281,69 +308,84 @@ where
     } else {
         "trainstep"
     };
-    let names: Vec<String> = model.params.keys().cloned().collect();
-    let mut specs: Vec<(String, TensorSpec)> = vec![];
-    let groups =
-        std::iter::once("p".to_string()).chain((0..opt.slots.len()).map(|k| format!("o{k}")));
-    for g in groups {
-        specs.extend(
-            model
-                .params
-                .iter()
-                .map(|(n, a)| (format!("{g}.{n}"), a.spec().clone())),
-        );
-    }
     let dtype = model
         .params
         .values()
         .next()
         .map_or(nitro_graph::DType::F32, |a| a.dtype());
-    let hyper = opt.optimizer.hyper_values(opt.optimizer.lr(), opt.step + 1);
-    for (h, _) in &hyper {
-        specs.push((format!("h.{h}"), TensorSpec::new(dtype, &[])));
+    let scalar = TensorSpec::new(dtype, &[]);
+    let param_specs = || {
+        model
+            .params
+            .iter()
+            .map(|(n, a)| (n.clone(), a.spec().clone()))
+    };
+    let mut sig = Signature::new().with(Role::Params, param_specs());
+    for k in 0..opt.slots.len() {
+        sig = sig.with(Role::Slot(k), param_specs());
     }
-    for (i, a) in batch.iter().enumerate() {
-        specs.push((format!("b.{i}"), a.spec().clone()));
-    }
-    let mut key = KeyBuilder::new()
-        .part("program", kind)
-        .part("model_type", std::any::type_name::<M>())
-        .part("model", &model.identity)
-        .part("loss_fn", &format!("{:?}", TypeId::of::<F>()))
-        .config("optimizer", &opt.optimizer.structure());
-    for (name, spec) in &specs {
-        key = key.input_sig(name, &signature(spec));
-    }
-    let key = key.finish()?;
-    // The step API runs on the CPU: its entries are always `Executable::Cpu`.
-    let (exe, outcome) = PROGRAMS.get_or_compile(kind, &key, None, || {
-        build(
-            loss_fn,
-            &model.model,
-            &names,
-            &specs,
-            &opt.optimizer,
-            with_grads,
+    let sig = sig
+        .with(
+            Role::Hyper,
+            opt.optimizer
+                .hyper_names()
+                .into_iter()
+                .map(|h| (h.to_string(), scalar.clone())),
         )
-        .map(|p| Executable::Cpu(Arc::new(p)))
-    })?;
-    let program = exe.program();
-    if let Outcome::Miss(why) = outcome {
-        if nitro_cache::log_compiles() {
-            eprintln!("nitro: compiling {why}");
+        .with(
+            Role::Batch(0),
+            batch
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (i.to_string(), a.spec().clone())),
+        );
+    let memo_key = (std::mem::size_of::<F>() == 0).then(|| StepMemoKey {
+        loss_fn: TypeId::of::<F>(),
+        with_grads,
+        optimizer: opt.optimizer.structure(),
+        inputs: sig.inputs(),
+    });
+    let memoized = memo_key
+        .as_ref()
+        .and_then(|k| model.memo.iter().find(|(m, _, _)| m == k))
+        .map(|(_, key, returned)| (key.clone(), returned.clone()));
+    let compiled = match memoized {
+        Some((key, returned)) => {
+            let (exe, outcome) = PROGRAMS.get_or_compile(kind, &key, Some(&model.owner), || {
+                let (graph, _) =
+                    trace_step(loss_fn, model, &sig, &opt.optimizer, kind, with_grads)?;
+                compile_cpu(graph, kind, &opt.optimizer, &sig)
+            })?;
+            announce(outcome);
+            Compiled {
+                exe,
+                sig: Arc::new(sig.clone()),
+                returned,
+            }
         }
-    }
-    // Inputs in spec order: params, slots, hyperparameters, batch.
+        None => {
+            let (compiled, key) =
+                compile_step(loss_fn, model, &sig, &opt.optimizer, kind, with_grads)?;
+            if let Some(k) = memo_key {
+                model.memo.push((k, key, compiled.returned.clone()));
+            }
+            compiled
+        }
+    };
+    let program = compiled.program();
+    // Inputs in signature order: params, slots, hyperparameters, batch.
+    let names: Vec<String> = model.params.keys().cloned().collect();
     let np = names.len();
-    let mut args: Vec<Array> = Vec::with_capacity(specs.len());
+    let mut args: Vec<Array> = Vec::with_capacity(sig.len());
     args.extend(std::mem::take(&mut model.params).into_values());
     for slot in &mut opt.slots {
         args.extend(std::mem::take(slot).into_values());
     }
     args.extend(
-        hyper
-            .iter()
-            .map(|(_, v)| Array::scalar_f32(*v as f32).cast(dtype)),
+        opt.optimizer
+            .hyper_values(opt.optimizer.lr(), opt.step + 1)
+            .into_iter()
+            .map(|(_, v)| Array::scalar_f64(v).cast(dtype)),
     );
     args.extend(batch.iter().cloned());
     let result = program.run(&mut args);
@@ -357,17 +399,19 @@ where
         program: kind.to_string(),
         source: Box::new(source),
     })?;
-    let returned = program.returned_names();
     let mut loss = f64::NAN;
     let mut aux = HostOutputs::new();
     let mut grads = Params::new();
-    for (name, a) in returned.iter().zip(out) {
-        if name == "loss" {
-            loss = a.item().unwrap_or(f64::NAN);
-        } else if let Some(path) = name.strip_prefix("aux.") {
-            aux.insert(path.to_string(), a);
-        } else if let Some(path) = name.strip_prefix("grad.") {
-            grads.insert(path.to_string(), a);
+    for (r, a) in compiled.returned.iter().zip(out) {
+        match r {
+            Returned::Loss => loss = a.item().unwrap_or(f64::NAN),
+            Returned::Aux(path) => {
+                aux.insert(path.clone(), a);
+            }
+            Returned::Grad(name) => {
+                grads.insert(name.clone(), a);
+            }
+            _ => {}
         }
     }
     if loss.is_finite() {
@@ -380,77 +424,120 @@ where
     })
 }
 
-fn build<M, F, L>(
+fn announce(outcome: Outcome) {
+    if let Outcome::Miss(why) = outcome {
+        if nitro_cache::log_compiles() {
+            eprintln!("nitro: compiling {why}");
+        }
+    }
+}
+
+/// The step's graph: forward, loss, reverse pass and optimizer update.
+fn trace_step<M, F, L>(
     loss_fn: &F,
-    model: &M,
-    names: &[String],
-    specs: &[(String, TensorSpec)],
+    model: &ModelAndParams<M>,
+    sig: &Signature,
     optimizer: &Optimizer,
+    kind: &'static str,
     with_grads: bool,
-) -> Result<Program>
+) -> Result<(nitro_graph::Graph, Vec<Returned>)>
 where
     F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L,
     L: LossValue,
 {
-    let kind = if with_grads {
-        "trainstep_withgradient"
-    } else {
-        "trainstep"
-    };
-    let spec_refs: Vec<(&str, TensorSpec)> =
-        specs.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
-    let mut options = CompileOptions::named(kind);
-    for g in std::iter::once("p".to_string()).chain((0..optimizer.slots()).map(|k| format!("o{k}")))
-    {
-        for n in names {
-            options = options.donate(&format!("{g}.{n}"), &format!("new.{g}.{n}"));
-        }
-    }
-    let program = compile(&spec_refs, options, |tracer, t| {
-        let named: BTreeMap<&str, &Tensor> = specs
-            .iter()
-            .map(|(n, _)| n.as_str())
-            .zip(t.iter())
-            .collect();
-        let ps: Params<Tensor> = names
-            .iter()
-            .map(|n| (n.clone(), named[format!("p.{n}").as_str()].clone()))
-            .collect();
-        let batch: Vec<Tensor> = specs
-            .iter()
-            .zip(t)
-            .filter(|((n, _), _)| n.starts_with("b."))
-            .map(|(_, t)| t.clone())
-            .collect();
-        let (loss, aux) = loss_fn(model, &ps, &batch).split();
+    trace_graph(kind, sig, |tracer, bound| {
+        let ps = bound.tree(Role::Params);
+        let batch: Vec<Tensor> = bound.all(Role::Batch(0)).to_vec();
+        let (loss, aux) = loss_fn(&model.model, &ps, &batch).split();
         if !loss.shape().is_empty() {
-            return Err(nitro_graph::GraphError::Backend(format!(
-                "the loss function returned shape {:?}; it must return a scalar (reduce with mean or sum)",
-                loss.shape()
-            )));
+            return Err(RunError::Setting {
+                setting: "loss",
+                reason: format!(
+                    "the loss function returned shape {:?}; it must return a scalar (reduce with mean or sum)",
+                    loss.shape()
+                ),
+            });
         }
+        let names: Vec<String> = sig.names(Role::Params).to_vec();
         let p_refs: Vec<&Tensor> = names.iter().map(|n| &ps[n]).collect();
-        let grads = tracer.grad(&loss, &p_refs)?;
+        let grads = tracer.grad(&loss, &p_refs).map_err(graph_error(kind))?;
         let ok = loss.abs().lt(&loss.scalar_like(f64::INFINITY));
-        let slot = |k: usize, n: &str| named[format!("o{k}.{n}").as_str()].clone();
-        let h = |n: &str| named[format!("h.{n}").as_str()].clone();
-        let mut out = vec![("loss".to_string(), loss)];
-        out.extend(aux.into_iter().map(|(p, t)| (format!("aux.{p}"), t)));
+        let slots: Vec<Params<Tensor>> = (0..optimizer.slots())
+            .map(|k| bound.tree(Role::Slot(k)))
+            .collect();
+        let h = |n: &str| {
+            bound
+                .get(Role::Hyper, n)
+                .cloned()
+                .map_err(graph_error(kind))
+        };
+        let mut out: Outputs = vec![(Returned::Loss, loss)];
+        out.extend(aux.into_iter().map(|(p, t)| (Returned::Aux(p), t)));
         if with_grads {
             out.extend(
                 names
                     .iter()
                     .zip(&grads)
-                    .map(|(n, g)| (format!("grad.{n}"), g.clone())),
+                    .map(|(n, g)| (Returned::Grad(n.clone()), g.clone())),
             );
         }
         out.extend(optimizer_update(
-            optimizer, names, &p_refs, &grads, &slot, &h, &ok,
-        ));
+            optimizer, &names, &p_refs, &grads, &slots, &h, &ok,
+        )?);
         Ok(out)
-    });
-    program.map_err(|source| RunError::Compile {
-        program: kind,
-        source: Box::new(source),
     })
+}
+
+/// Compiles a step graph for the CPU, params and slots donated.
+fn compile_cpu(
+    graph: nitro_graph::Graph,
+    kind: &'static str,
+    optimizer: &Optimizer,
+    sig: &Signature,
+) -> Result<Executable> {
+    let mut roles = vec![Role::Params];
+    roles.extend((0..optimizer.slots()).map(Role::Slot));
+    compile_graph(graph, options_for(kind, &roles, sig))
+        .map(|p| Executable::Cpu(Arc::new(p)))
+        .map_err(graph_error(kind))
+}
+
+/// Traces the step, keys it by its named parts and the traced graph, and
+/// compiles it on a miss (tied to the model: freed when it is dropped).
+fn compile_step<M, F, L>(
+    loss_fn: &F,
+    model: &ModelAndParams<M>,
+    sig: &Signature,
+    optimizer: &Optimizer,
+    kind: &'static str,
+    with_grads: bool,
+) -> Result<(Compiled, nitro_cache::Key)>
+where
+    M: 'static,
+    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    L: LossValue,
+{
+    let (graph, traced) = trace_step(loss_fn, model, sig, optimizer, kind, with_grads)?;
+    let mut key = KeyBuilder::new()
+        .part("program", kind)
+        .part("model_type", std::any::type_name::<M>())
+        .part("loss_fn", std::any::type_name::<F>())
+        .config("optimizer", &optimizer.structure());
+    for (name, spec) in sig.inputs() {
+        key = key.input_sig(&name, &signature_text(&spec));
+    }
+    let key = key.graph(&graph.content_hash()).finish()?;
+    let (exe, outcome) = PROGRAMS.get_or_compile(kind, &key, Some(&model.owner), || {
+        compile_cpu(graph, kind, optimizer, sig)
+    })?;
+    announce(outcome);
+    let returned = typed_outputs(exe.program(), &traced)?;
+    Ok((
+        Compiled {
+            exe,
+            sig: Arc::new(sig.clone()),
+            returned,
+        },
+        key,
+    ))
 }

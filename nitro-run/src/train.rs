@@ -25,22 +25,13 @@ use nitro_markers::{DeviceData, DeviceValue};
 use crate::convert::gather_array;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
-use crate::handle::{outputs_of, slice_rows, Nitro};
+use crate::handle::Nitro;
+use crate::infer::leaves_of;
 use crate::interrupt;
+use crate::layout::Kind;
 use crate::metric::Totals;
 use crate::placement::BatchInputs;
-use crate::programs::Kind;
-
-/// Where a run is: updates done, and the next batch to take.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Position {
-    /// Updates done.
-    pub step: u64,
-    /// Current epoch (0-based).
-    pub epoch: u64,
-    /// Next batch position within the epoch.
-    pub batch: usize,
-}
+use crate::trace::Returned;
 
 /// What `train()` did.
 #[derive(Debug, Clone, Default)]
@@ -65,25 +56,26 @@ pub struct TrainReport {
     pub wall_time: Duration,
 }
 
+/// A hyperparameter input: exact in an f64 program, rounded once to f32.
 fn scalar(v: f64, dtype: DType) -> Array {
-    Array::scalar_f32(v as f32).cast(dtype)
+    Array::scalar_f64(v).cast(dtype)
 }
 
 impl<E: Experiment> Nitro<E> {
     /// Stops training (checkpoint, return) once `step` updates are done, as
     /// Ctrl-C would; for scripted interruption and resume tests.
     pub fn stop_after(&mut self, step: u64) {
-        self.stop_after = Some(step);
+        self.progress.stop_after = Some(step);
     }
 
     fn train_kind(&self) -> Kind {
         Kind::Train {
-            width: self.run.batch_size,
-            accum: self.run.accum,
-            optimizer: self.run.optimizer,
-            clip: self.run.clip.is_some(),
-            outputs: !self.train_metrics.is_empty(),
-            masked: self.short_batch == ShortBatch::PadWithMask,
+            width: self.frozen.run.batch_size,
+            accum: self.frozen.run.accum,
+            optimizer: self.frozen.run.optimizer,
+            clip: self.frozen.run.clip.is_some(),
+            outputs: !self.frozen.train_metrics.is_empty(),
+            masked: self.frozen.run.short_batch == ShortBatch::PadWithMask,
         }
     }
 
@@ -93,21 +85,28 @@ impl<E: Experiment> Nitro<E> {
     /// `real[i]` is the number of real samples in micro-batch `i` (0 for the
     /// filler of a partial window).
     fn hyper_inputs(&mut self, step: u64, real: &[usize]) -> Result<Vec<Array>> {
-        let dtype = self.layout.dtype;
-        let total = self.run.total;
-        let mut lr = self.run.optimizer.lr();
+        let dtype = self.programs.layout.dtype;
+        let total = self.frozen.run.total;
+        let mut lr = self.frozen.run.optimizer.lr();
         let mut device_changed = false;
-        for (target, schedule) in &self.scheduled {
+        for (target, schedule) in &self.frozen.scheduled {
             let v = schedule.value(step, total);
             if target == "lr" {
                 lr = v;
-            } else if let Some(i) = self.layout.device.iter().position(|(n, _)| n == target) {
+            } else if let Some(i) = self
+                .programs
+                .layout
+                .device
+                .iter()
+                .position(|(n, _)| n == target)
+            {
                 self.device[i] = Array::scalar_f32(v as f32);
                 let value = DeviceValue {
                     shape: vec![],
                     data: DeviceData::F32(vec![v as f32]),
                 };
-                self.e.set_device_value(self.layout.device[i].0, &value)?;
+                self.e
+                    .set_device_value(self.programs.layout.device[i].0, &value)?;
                 device_changed = true;
             }
         }
@@ -115,25 +114,26 @@ impl<E: Experiment> Nitro<E> {
             self.device_values_changed();
         }
         let mut out: Vec<Array> = self
+            .frozen
             .run
             .optimizer
             .hyper_values(lr, step + 1)
             .into_iter()
             .map(|(_, v)| scalar(v, dtype))
             .collect();
-        if let Some(c) = self.run.clip {
+        if let Some(c) = self.frozen.run.clip {
             out.push(scalar(c, dtype));
         }
-        let (w, accum) = (self.run.batch_size as f64, self.run.accum);
-        let vector = |values: Vec<f32>| {
+        let (w, accum) = (self.frozen.run.batch_size as f64, self.frozen.run.accum);
+        let vector = |values: Vec<f64>| {
             Array::new(&[accum], values)
                 .expect("accum weights match their shape")
                 .cast(dtype)
         };
-        match self.short_batch {
+        match self.frozen.run.short_batch {
             // The mean of the window's micro-batch means: weight 1/window.
             ShortBatch::Drop => {
-                let window = real.iter().filter(|&&r| r > 0).count().max(1) as f32;
+                let window = real.iter().filter(|&&r| r > 0).count().max(1) as f64;
                 out.push(vector(
                     real.iter()
                         .map(|&r| if r > 0 { 1.0 / window } else { 0.0 })
@@ -146,13 +146,13 @@ impl<E: Experiment> Nitro<E> {
                 let total_real = real.iter().sum::<usize>().max(1) as f64;
                 let a = real
                     .iter()
-                    .map(|&r| if r > 0 { (w / total_real) as f32 } else { 0.0 })
+                    .map(|&r| if r > 0 { w / total_real } else { 0.0 })
                     .collect();
                 let b = real
                     .iter()
                     .map(|&r| {
                         if r > 0 {
-                            ((w - r as f64) / total_real) as f32
+                            (w - r as f64) / total_real
                         } else {
                             0.0
                         }
@@ -185,14 +185,26 @@ impl<E: Experiment> Nitro<E> {
         interrupt::install();
         let started = Instant::now();
         let compiled = self.program(&self.train_kind())?;
+        let loss_at = compiled
+            .position(&Returned::Loss)
+            .ok_or_else(|| RunError::Setting {
+                setting: "train",
+                reason: "the train step returns no loss".into(),
+            })?;
         let data = self.data.clone();
         let train = &data.train;
-        let width = self.run.batch_size;
-        let order =
-            EpochOrder::new(train.len(), width, self.run.seed)?.with_short_batch(self.short_batch);
+        let width = self.frozen.run.batch_size;
+        let order = EpochOrder::new(train.len(), width, self.frozen.run.seed)?
+            .with_short_batch(self.frozen.run.short_batch);
         let batches = order.batches_per_epoch();
-        let names: Vec<String> = self.layout.fields.iter().map(|(n, _)| n.clone()).collect();
+        let names: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
         let fields = train.as_fields();
+        let mut host_fields = names.clone();
+        for f in &self.frozen.metric_fields {
+            if !host_fields.contains(f) {
+                host_fields.push(f.clone());
+            }
+        }
         let columns = names
             .iter()
             .map(|f| {
@@ -204,24 +216,25 @@ impl<E: Experiment> Nitro<E> {
             .collect::<Result<Vec<_>>>()?;
         let mut store = self.open_store()?;
         let display = self.display();
-        let every = self.run.checkpointer.every_steps;
+        let every = self.frozen.run.checkpointer.every_steps;
         let mut report = TrainReport::default();
         let mut last_saved = None;
-        'epochs: while self.position.epoch < self.run.max_epochs {
-            let epoch = self.position.epoch;
+        'epochs: while self.progress.position.epoch < self.frozen.run.max_epochs {
+            let epoch = self.progress.position.epoch;
             let perm = order.permutation(epoch);
             let mut totals = Totals::default();
             let mut prefetched: Option<Prepared> = None;
-            while self.position.batch < batches {
-                let window = (batches - self.position.batch).min(self.run.accum);
+            while self.progress.position.batch < batches {
+                let window = (batches - self.progress.position.batch).min(self.frozen.run.accum);
                 let source = WindowSource {
                     order: &order,
                     perm: &perm,
                     batches,
-                    accum: self.run.accum,
+                    accum: self.frozen.run.accum,
                     names: &names,
+                    host_fields: &host_fields,
                     columns: &columns,
-                    host_batches: (!self.train_metrics.is_empty()).then_some(train),
+                    host_batches: (!self.frozen.train_metrics.is_empty()).then_some(train),
                 };
                 let Prepared {
                     inputs,
@@ -229,10 +242,10 @@ impl<E: Experiment> Nitro<E> {
                     micro,
                 } = match prefetched.take() {
                     Some(p) => p,
-                    None => Prepared::on_host(source.gather(self.position.batch)?),
+                    None => Prepared::on_host(source.gather(self.progress.position.batch)?),
                 };
-                let hyper = self.hyper_inputs(self.position.step, &real)?;
-                let next_first = self.position.batch + window;
+                let hyper = self.hyper_inputs(self.progress.position.step, &real)?;
+                let next_first = self.progress.position.batch + window;
                 let t0 = Instant::now();
                 // The next window is gathered on another thread while this
                 // step runs, so batching stays off the critical path; once
@@ -260,27 +273,20 @@ impl<E: Experiment> Nitro<E> {
                 report.program_time += t0.elapsed();
                 let out = out?;
                 prefetched = next.transpose()?;
-                let loss = out[0].item().unwrap_or(f64::NAN);
+                let loss = out[loss_at].item().unwrap_or(f64::NAN);
                 if !loss.is_finite() {
                     display.finish();
                     return Err(RunError::NonFiniteLoss {
                         loss,
-                        step: self.position.step + 1,
+                        step: self.progress.position.step + 1,
                         epoch,
-                        last_good: self.position.step,
+                        last_good: self.progress.position.step,
                     });
                 }
-                if !self.train_metrics.is_empty() {
-                    let outputs = outputs_of(&compiled, out, "", width);
+                if !self.frozen.train_metrics.is_empty() {
                     for (i, batch) in micro.iter().enumerate().take(window) {
-                        let prefix = format!("out{i}.");
                         // Metrics never see a padded row.
-                        let mine = outputs
-                            .iter()
-                            .filter_map(|(k, v)| {
-                                Some((k.strip_prefix(&prefix)?.to_string(), slice_rows(v, real[i])))
-                            })
-                            .collect();
+                        let mine = leaves_of(&compiled, &out, Some(i), real[i]);
                         let sliced;
                         let batch = if real[i] < width {
                             sliced = batch.slice_rows(0, real[i])?;
@@ -288,27 +294,27 @@ impl<E: Experiment> Nitro<E> {
                         } else {
                             batch
                         };
-                        for m in &self.train_metrics {
+                        for m in &self.frozen.train_metrics {
                             let (s, c) = m.compute(&mine, batch);
                             totals.add(&m.name, s, c);
                         }
                     }
                 }
                 totals.add("loss", loss, 1.0);
-                self.position.step += 1;
-                self.position.batch += window;
-                display.step(self.position.step, epoch, loss);
-                let stop_now =
-                    interrupt::take_request() || self.stop_after == Some(self.position.step);
-                if stop_now || (every > 0 && self.position.step % every == 0) {
+                self.progress.position.step += 1;
+                self.progress.position.batch += window;
+                display.step(self.progress.position.step, epoch, loss);
+                let stop_now = interrupt::take_request()
+                    || self.progress.stop_after == Some(self.progress.position.step);
+                if stop_now || (every > 0 && self.progress.position.step % every == 0) {
                     let t0 = Instant::now();
                     let path = self.save_checkpoint(&mut store, &BTreeMap::new())?;
                     report.checkpoint_time += t0.elapsed();
-                    last_saved = Some(self.position.step);
+                    last_saved = Some(self.progress.position.step);
                     if stop_now {
                         display.line(&format!(
                             "nitro: stopped at step {} (epoch {}); checkpoint {}",
-                            self.position.step,
+                            self.progress.position.step,
                             epoch + 1,
                             path.display()
                         ));
@@ -338,39 +344,40 @@ impl<E: Experiment> Nitro<E> {
             display.line(&format!(
                 "epoch {}/{}  {line}",
                 epoch + 1,
-                self.run.max_epochs
+                self.frozen.run.max_epochs
             ));
-            self.history.push((epoch, metrics.clone()));
-            display.epoch(self.position.step, epoch, &metrics);
-            self.position.epoch += 1;
-            self.position.batch = 0;
+            self.progress.history.push((epoch, metrics.clone()));
+            display.epoch(self.progress.position.step, epoch, &metrics);
+            self.progress.position.epoch += 1;
+            self.progress.position.batch = 0;
             report.epochs += 1;
             report.metrics = metrics.clone();
             let stop = self
+                .progress
                 .stopper
                 .as_mut()
                 .is_some_and(|s| s.should_stop(epoch, &metrics));
-            let last = stop || self.position.epoch >= self.run.max_epochs;
-            if self.run.checkpointer.every_epoch || last {
+            let last = stop || self.progress.position.epoch >= self.frozen.run.max_epochs;
+            if self.frozen.run.checkpointer.every_epoch || last {
                 let t0 = Instant::now();
                 self.save_checkpoint(&mut store, &metrics)?;
                 report.checkpoint_time += t0.elapsed();
-                last_saved = Some(self.position.step);
+                last_saved = Some(self.progress.position.step);
             }
             if stop {
                 display.line(&format!("nitro: early stop after epoch {}", epoch + 1));
-                tracing::info!(target: "nitro::train", epoch = epoch + 1, step = self.position.step, "early stop");
+                tracing::info!(target: "nitro::train", epoch = epoch + 1, step = self.progress.position.step, "early stop");
                 report.early_stopped = true;
                 break;
             }
         }
-        if last_saved != Some(self.position.step) && self.position.step > 0 {
+        if last_saved != Some(self.progress.position.step) && self.progress.position.step > 0 {
             let t0 = Instant::now();
             self.save_checkpoint(&mut store, &BTreeMap::new())?;
             report.checkpoint_time += t0.elapsed();
         }
         display.finish();
-        report.steps = self.position.step;
+        report.steps = self.progress.position.step;
         report.wall_time = started.elapsed();
         Ok(report)
     }
@@ -413,6 +420,8 @@ struct WindowSource<'a> {
     batches: usize,
     accum: usize,
     names: &'a [String],
+    /// The fields host-side train metrics read (routed ones and their own).
+    host_fields: &'a [String],
     columns: &'a [&'a nitro_data::HostArray],
     host_batches: Option<&'a nitro_data::InMemory>,
 }
@@ -422,7 +431,7 @@ impl WindowSource<'_> {
     /// final window repeats its last micro-batch as filler (weight 0).
     fn gather(&self, first: usize) -> Result<Gathered> {
         let window = (self.batches - first).min(self.accum);
-        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        let names: Vec<&str> = self.host_fields.iter().map(String::as_str).collect();
         let mut g = Gathered {
             arrays: Vec::new(),
             real: vec![0; self.accum],

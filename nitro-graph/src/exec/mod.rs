@@ -4,6 +4,8 @@
 
 mod array;
 mod program;
+pub mod signature;
 
 pub use array::Array;
 pub use program::{compile, compile_graph, jit, CompileOptions, Program, ProgramStats};
+pub use signature::{Bound, Role, Signature};

@@ -146,4 +146,18 @@ impl Graph {
     pub fn output_index(&self, name: &str) -> Option<usize> {
         self.outputs.iter().position(|(n, _)| n == name)
     }
+
+    /// A blake3 hash (hex) of everything the graph is: every node's op,
+    /// attributes, constants (bit-exact, NaN and infinities included),
+    /// arguments and spec, and the named inputs and outputs. Two graphs
+    /// with equal hashes compute the same function, so a compile cache keyed
+    /// on it never serves a program for another graph (model structure or a
+    /// captured value that changed).
+    pub fn content_hash(&self) -> String {
+        let mut hasher = blake3::Hasher::new();
+        // CBOR keeps floats bit-exact (JSON would write NaN as null).
+        ciborium::into_writer(self, &mut hasher)
+            .expect("a graph serializes (plain data, no maps with non-string keys)");
+        hasher.finalize().to_hex().to_string()
+    }
 }

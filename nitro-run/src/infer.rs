@@ -1,0 +1,217 @@
+//! `predict` and `evaluate`: forward (and the loss) at the compiled width
+//! on any number of rows. Short chunks are padded by repeating the last
+//! real row; outputs are sliced back before anything sees them, so no
+//! metric ever sees a padded sample, and the eval loss is the exact mean
+//! over the real rows (see `trace`).
+
+use std::collections::BTreeMap;
+
+use nitro_data::{Batch, Dataset, InMemory, PadFill};
+use nitro_graph::{Array, HostBuffer};
+
+use crate::convert::to_array;
+use crate::error::{Result, RunError};
+use crate::experiment::Experiment;
+use crate::handle::Nitro;
+use crate::layout::Kind;
+use crate::metric::{HostOutputs, Totals};
+use crate::programs::Compiled;
+use crate::trace::Returned;
+
+/// Pads a short batch to `width` (copies of the last real row); `None`
+/// when it is already full.
+fn pad(batch: &Batch, width: usize) -> Result<(Option<Batch>, usize)> {
+    let real = batch.rows();
+    if real == width {
+        return Ok((None, real));
+    }
+    let (padded, real) = nitro_data::pad_to_width(batch, width, PadFill::RepeatLast)?;
+    Ok((Some(padded), real))
+}
+
+/// The first `rows` rows of `a`.
+pub(crate) fn slice_rows(a: &Array, rows: usize) -> Array {
+    if a.shape().first() == Some(&rows) {
+        return a.clone();
+    }
+    let mut shape = a.shape().to_vec();
+    let per: usize = shape[1..].iter().product();
+    shape[0] = rows;
+    let n = rows * per;
+    let buffer: HostBuffer = match a.data() {
+        HostBuffer::F32(v) => v[..n].to_vec().into(),
+        HostBuffer::F64(v) => v[..n].to_vec().into(),
+        HostBuffer::I32(v) => v[..n].to_vec().into(),
+        HostBuffer::I64(v) => v[..n].to_vec().into(),
+        _ => a.to_f32_vec()[..n].to_vec().into(),
+    };
+    Array::new(&shape, buffer).expect("a row prefix keeps the shape consistent")
+}
+
+/// Forward's output leaves of micro-batch `micro` among a program's
+/// returned values, sliced to `real` rows.
+pub(crate) fn leaves_of(
+    compiled: &Compiled,
+    out: &[Array],
+    micro: Option<usize>,
+    real: usize,
+) -> HostOutputs {
+    compiled
+        .returned
+        .iter()
+        .zip(out)
+        .filter_map(|(r, a)| match r {
+            Returned::Leaf { micro: m, path } if *m == micro => {
+                Some((path.clone(), slice_rows(a, real)))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+pub(crate) fn concat_outputs(mut parts: Vec<HostOutputs>) -> HostOutputs {
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default();
+    }
+    let mut out = HostOutputs::new();
+    let Some(first) = parts.first() else {
+        return out;
+    };
+    for name in first.keys() {
+        let arrays: Vec<&Array> = parts.iter().filter_map(|p| p.get(name)).collect();
+        let mut shape = arrays[0].shape().to_vec();
+        shape[0] = arrays.iter().map(|a| a.shape()[0]).sum();
+        let dtype = arrays[0].dtype();
+        let joined = if dtype == nitro_graph::DType::F64 {
+            Array::new(
+                &shape,
+                arrays
+                    .iter()
+                    .flat_map(|a| a.to_f64_vec())
+                    .collect::<Vec<_>>(),
+            )
+        } else {
+            Array::new(
+                &shape,
+                arrays
+                    .iter()
+                    .flat_map(|a| a.to_f32_vec())
+                    .collect::<Vec<_>>(),
+            )
+            .map(|a| a.cast(dtype))
+        };
+        if let Ok(a) = joined {
+            out.insert(name.clone(), a);
+        }
+    }
+    out
+}
+
+impl<E: Experiment> Nitro<E> {
+    fn batch_arrays(&self, batch: &Batch, fields: &[String]) -> Result<Vec<Array>> {
+        fields
+            .iter()
+            .map(|f| to_array(f, batch.require(f)?))
+            .collect()
+    }
+
+    /// Forward outputs for `batch` (any number of rows): run at the compiled
+    /// width, short chunks padded, outputs sliced back to the real rows.
+    pub fn predict(&mut self, batch: &Batch) -> Result<HostOutputs> {
+        self.report(false);
+        let width = self.frozen.run.batch_size;
+        let compiled = self.program(&Kind::Predict { width })?;
+        let fields: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
+        let rows = batch.rows();
+        let mut parts: Vec<HostOutputs> = vec![];
+        let mut start = 0;
+        while start < rows || (rows == 0 && parts.is_empty()) {
+            let end = (start + width).min(rows);
+            let chunk = if start == 0 && end == rows {
+                None
+            } else {
+                Some(batch.slice_rows(start, end)?)
+            };
+            let chunk_ref = chunk.as_ref().unwrap_or(batch);
+            let (padded, real) = pad(chunk_ref, width)?;
+            let arrays = self.batch_arrays(padded.as_ref().unwrap_or(chunk_ref), &fields)?;
+            let out = self.run_program(&compiled, false, vec![], arrays)?;
+            parts.push(leaves_of(&compiled, &out, None, real));
+            start = end;
+            if rows == 0 {
+                break;
+            }
+        }
+        Ok(concat_outputs(parts))
+    }
+
+    /// Loss and metrics over a whole split (`"train"`, `"val"`, `"test"`),
+    /// at the compiled width; the short final batch is padded and its
+    /// outputs sliced, so metrics never see a padded sample. Keys: `loss`
+    /// and each metric's name.
+    pub fn evaluate(&mut self, split: &str) -> Result<BTreeMap<String, f64>> {
+        self.report(false);
+        let data = self.data.clone();
+        let set = match split {
+            "train" => Some(&data.train),
+            "val" => data.val.as_ref(),
+            "test" => data.test.as_ref(),
+            _ => None,
+        };
+        let Some(set) = set else {
+            return Err(RunError::Setting {
+                setting: "evaluate",
+                reason: format!("split `{split}` is absent; build_data returned no such split"),
+            });
+        };
+        self.evaluate_set(set)
+    }
+
+    pub(crate) fn evaluate_set(&mut self, set: &InMemory) -> Result<BTreeMap<String, f64>> {
+        let width = self.frozen.run.batch_size;
+        let compiled = self.program(&Kind::Eval { width })?;
+        let fields: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
+        // Metrics may read fields no hook declares: gathered on the host
+        // for them, never transferred.
+        let mut gathered: Vec<String> = fields.clone();
+        for f in &self.frozen.metric_fields {
+            if !gathered.contains(f) {
+                gathered.push(f.clone());
+            }
+        }
+        let gathered: Vec<&str> = gathered.iter().map(String::as_str).collect();
+        let loss_at = compiled
+            .position(&Returned::Loss)
+            .ok_or_else(|| RunError::Setting {
+                setting: "evaluate",
+                reason: "the eval program returns no loss".into(),
+            })?;
+        let dtype = self.programs.layout.dtype;
+        let mut totals = Totals::default();
+        let mut start = 0;
+        while start < set.len() {
+            let end = (start + width).min(set.len());
+            let indices: Vec<usize> = (start..end).collect();
+            let batch = set.gather(&indices, &gathered)?;
+            let (padded, real) = pad(&batch, width)?;
+            let arrays = self.batch_arrays(padded.as_ref().unwrap_or(&batch), &fields)?;
+            // The exact mean over the real rows (see `trace`): padded rows
+            // carry weight 0. Computed in f64, rounded once to the dtype.
+            let (w, r) = (width as f64, real as f64);
+            let coefficients = vec![
+                Array::scalar_f64(w / r).cast(dtype),
+                Array::scalar_f64((w - r) / r).cast(dtype),
+            ];
+            let out = self.run_program(&compiled, false, coefficients, arrays)?;
+            let loss = out[loss_at].item().unwrap_or(f64::NAN);
+            totals.add("loss", loss * r, r);
+            let outputs = leaves_of(&compiled, &out, None, real);
+            for m in &self.frozen.metrics {
+                let (s, c) = m.compute(&outputs, &batch);
+                totals.add(&m.name, s, c);
+            }
+            start = end;
+        }
+        Ok(totals.finish(""))
+    }
+}

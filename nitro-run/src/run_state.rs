@@ -1,0 +1,40 @@
+//! Where a run is: the position (updates done, epoch, next batch), the
+//! per-epoch metric history, the early stopper and a scripted stop. Saved
+//! in every checkpoint and restored by resume.
+
+use std::collections::BTreeMap;
+
+use crate::stop::Stopper;
+
+/// Where a run is: updates done, and the next batch to take.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Position {
+    /// Updates done.
+    pub step: u64,
+    /// Current epoch (0-based).
+    pub epoch: u64,
+    /// Next batch position within the epoch.
+    pub batch: usize,
+}
+
+/// The run's progress.
+pub(crate) struct RunState {
+    pub position: Position,
+    /// Metrics recorded per epoch: `(epoch, {name: value})`.
+    pub history: Vec<(u64, BTreeMap<String, f64>)>,
+    pub stopper: Option<Box<dyn Stopper>>,
+    /// Stop (checkpoint, return) once this many updates are done.
+    pub stop_after: Option<u64>,
+}
+
+impl RunState {
+    /// A run at its start.
+    pub fn new(stopper: Option<Box<dyn Stopper>>) -> RunState {
+        RunState {
+            position: Position::default(),
+            history: vec![],
+            stopper,
+            stop_after: None,
+        }
+    }
+}
