@@ -386,7 +386,7 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
             armed: true,
         };
 
-        let explanation = explain_against(kind, key, gone, &candidates);
+        let mut explanation = explain_against(kind, key, gone, &candidates);
         if switches::log_compiles() {
             tracing::info!(target: "nitro_cache", kind, key = %key, "compiling {explanation}");
         } else {
@@ -448,6 +448,7 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
         if let Some(keys) = pileup_keys {
             let message = pileup::message(kind, threshold, &keys);
             tracing::warn!(target: "nitro_cache", kind, "{message}");
+            explanation.warning = Some(message);
         }
         Ok((value, Outcome::Miss(explanation)))
     }
@@ -475,6 +476,7 @@ impl<V: Clone + Send + 'static> CompileCache<V> {
                 kind: kind.to_owned(),
                 key: key.to_string(),
                 reason: Reason::Live,
+                warning: None,
             };
         }
         explain_against(kind, key, gone, &candidates)
@@ -558,6 +560,7 @@ fn explain_against(
         kind: kind.to_owned(),
         key: key.to_string(),
         reason,
+        warning: None,
     }
 }
 

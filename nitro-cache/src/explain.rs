@@ -171,6 +171,10 @@ pub struct Explanation {
     pub key: String,
     /// Why it missed.
     pub reason: Reason,
+    /// The pile-up warning, on the one miss that pushed this kind past its
+    /// threshold (see [`crate::CacheConfig`]): callers show it to the user
+    /// as they show compile lines, with or without a tracing subscriber.
+    pub warning: Option<String>,
 }
 
 impl fmt::Display for Explanation {

@@ -58,6 +58,32 @@ pub(crate) fn churning_parts(keys: &[Key]) -> Vec<Churn> {
     churn
 }
 
+const GENERIC: &str = "A value that changes between calls recompiles every time: make it a \
+     Device input instead of a GraphConst, or keep input shapes fixed.";
+
+/// What to do about entries that differ in a part of `category`.
+fn advice(category: Category) -> &'static str {
+    match category {
+        Category::GraphConst => {
+            "A GraphConst value that changes between calls recompiles every time: make it a \
+             Device input (changing one never recompiles)."
+        }
+        Category::Input => {
+            "Input shapes keep changing: keep them fixed (pad short batches or drop them)."
+        }
+        Category::Graph | Category::Structure => {
+            "The traced graph keeps changing, which is what a model, loss closure or optimizer \
+             rebuilt every iteration with other structure or captured values does: build it once \
+             and reuse it."
+        }
+        Category::Config => {
+            "The optimizer or loss configuration keeps changing: build it once and reuse it \
+             (hyperparameter values are inputs and never recompile)."
+        }
+        Category::Part | Category::Env => GENERIC,
+    }
+}
+
 /// The warning text for `kind`, whose live `keys` exceed `threshold`.
 pub(crate) fn message(kind: &str, threshold: usize, keys: &[Key]) -> String {
     let churn = churning_parts(keys);
@@ -83,10 +109,10 @@ pub(crate) fn message(kind: &str, threshold: usize, keys: &[Key]) -> String {
             .collect::<Vec<_>>()
             .join("; ")
     };
+    let advice = churn.first().map_or(GENERIC, |c| advice(c.category));
     format!(
         "program `{kind}` has {} live compiled entries (more than {threshold}); parts that keep \
-         changing: {parts}. A value that changes between calls recompiles every time: make it a \
-         Device input instead of a GraphConst, or keep input shapes fixed. (This warning fires once.)",
+         changing: {parts}. {advice} (This warning fires once.)",
         keys.len()
     )
 }

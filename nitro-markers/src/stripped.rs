@@ -7,6 +7,18 @@
 //! satisfies: the program does not compile, and the message names the field
 //! and the three fixes. Passing the sentinel where a tensor is expected is a
 //! plain type mismatch whose "found `StrippedHost<field>`" names the field.
+//!
+//! Three forms cannot carry the message in stable Rust (rustc checks them
+//! before it looks at the bound); their errors still name the field through
+//! the sentinel's type, and the UI tests pin them:
+//!
+//! - `e.scale * 2.0`: E0369 "cannot multiply `StrippedHost<scale>` by
+//!   `f32`", noting that `ReadInTrace` is not implemented for `scale`;
+//! - `if e.flag`: E0308 "expected `bool`, found `StrippedHost<flag>`";
+//! - `*e.scale`: E0614 "type `StrippedHost<scale>` cannot be dereferenced".
+//!
+//! Each means the same: the field is Host; mark it `Device<_>` or
+//! `GraphConst<_>`, or read it outside the trace.
 
 use std::cmp::Ordering;
 use std::convert::Infallible;

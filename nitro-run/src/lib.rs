@@ -104,7 +104,7 @@ pub use interrupt::request_stop;
 pub use metric::{HostOutputs, Metric, MetricReads};
 pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
-pub use programs::{cache_stats, total_compiles};
+pub use programs::{cache_stats, compile_warnings, total_compiles};
 #[cfg(feature = "cuda")]
 pub use ptx_store::{DiskPtxStore, PTX_KIND};
 pub use report::{config_table, set_config_report, RunValues};

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 
 use nitro_cache::{CompileCache, KeyBuilder, Outcome};
+
 use nitro_graph::exec::signature::{input_name, Role, Signature};
 use nitro_graph::{compile_graph, CompileOptions, Device, Graph, Program};
 
@@ -56,6 +57,36 @@ impl Executable {
 /// `predict`, `trainstep`) in the process-wide cache.
 pub fn cache_stats(kind: &str) -> nitro_cache::Stats {
     PROGRAMS.stats(kind)
+}
+
+/// The pile-up warnings shown so far in this process, oldest first (each
+/// kind warns once; see `nitro_cache::CacheConfig`).
+pub fn compile_warnings() -> Vec<String> {
+    WARNINGS.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+static WARNINGS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Reports a lookup's outcome: a compile's reason (printed when `print`
+/// or `NITRO_LOG_COMPILES` is set, and returned), and a pile-up warning,
+/// always printed: it must reach the user without a tracing subscriber.
+pub(crate) fn announce(program: &str, outcome: Outcome, print: bool) -> Option<String> {
+    let Outcome::Miss(why) = outcome else {
+        return None;
+    };
+    let reason = why.to_string();
+    tracing::info!(target: "nitro::compile", program, reason = %reason, "compiling");
+    if print || nitro_cache::log_compiles() {
+        eprintln!("nitro: compiling {reason}");
+    }
+    if let Some(warning) = &why.warning {
+        eprintln!("nitro: warning: {warning}");
+        WARNINGS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(warning.clone());
+    }
+    Some(reason)
 }
 
 /// Total successful compiles across all program kinds.
@@ -166,7 +197,7 @@ impl Programs {
         model: &E::Model,
         kind: &Kind,
         device: Device,
-        announce: bool,
+        print: bool,
     ) -> Result<Compiled> {
         if let Some((_, _, c)) = self.memo.iter().find(|(k, d, _)| k == kind && *d == device) {
             return Ok(c.clone());
@@ -181,12 +212,7 @@ impl Programs {
                 device,
             )
         })?;
-        if let Outcome::Miss(why) = outcome {
-            let why = why.to_string();
-            tracing::info!(target: "nitro::compile", program = kind.name(), reason = %why, "compiling");
-            if announce || nitro_cache::log_compiles() {
-                eprintln!("nitro: compiling {why}");
-            }
+        if let Some(why) = announce(kind.name(), outcome, print) {
             self.log.push(why);
         }
         let returned = typed_outputs(exe.program(), &traced)?;

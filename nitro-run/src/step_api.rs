@@ -55,7 +55,7 @@
 use std::any::TypeId;
 use std::sync::Arc;
 
-use nitro_cache::{KeyBuilder, Outcome, OwnerToken};
+use nitro_cache::{KeyBuilder, OwnerToken};
 use nitro_graph::exec::signature::{Role, Signature};
 use nitro_graph::nn::layers::Params;
 use nitro_graph::{compile_graph, Array, Tensor, TensorSpec};
@@ -66,7 +66,7 @@ use crate::error::{Result, RunError};
 use crate::experiment::{Logger, Tensors};
 use crate::metric::HostOutputs;
 use crate::optim::Optimizer;
-use crate::programs::{options_for, typed_outputs, Compiled, Executable, PROGRAMS};
+use crate::programs::{announce, options_for, typed_outputs, Compiled, Executable, PROGRAMS};
 use crate::progress::Display;
 use crate::trace::{graph_error, trace_graph, Outputs, Returned};
 use crate::train_step::optimizer_update;
@@ -356,7 +356,7 @@ where
                     trace_step(loss_fn, model, &sig, &opt.optimizer, kind, with_grads)?;
                 compile_cpu(graph, kind, &opt.optimizer, &sig)
             })?;
-            announce(outcome);
+            announce(kind, outcome, false);
             Compiled {
                 exe,
                 sig: Arc::new(sig.clone()),
@@ -422,14 +422,6 @@ where
         loss,
         grads,
     })
-}
-
-fn announce(outcome: Outcome) {
-    if let Outcome::Miss(why) = outcome {
-        if nitro_cache::log_compiles() {
-            eprintln!("nitro: compiling {why}");
-        }
-    }
 }
 
 /// The step's graph: forward, loss, reverse pass and optimizer update.
@@ -530,7 +522,7 @@ where
     let (exe, outcome) = PROGRAMS.get_or_compile(kind, &key, Some(&model.owner), || {
         compile_cpu(graph, kind, optimizer, sig)
     })?;
-    announce(outcome);
+    announce(kind, outcome, false);
     let returned = typed_outputs(exe.program(), &traced)?;
     Ok((
         Compiled {

@@ -190,6 +190,13 @@ fn train_then_resume_logs_plots_and_continues_from_the_checkpoint() {
     }
     assert!(!stderr.contains('\r'), "a bar was drawn to a pipe");
     assert!(stderr.contains("epoch 1/1"), "{stderr}");
+    // --run-dir and --max-epochs are run values resolved before the handle
+    // exists: reported as set by the driver, never as redefined accessors,
+    // and recorded as the run used them.
+    assert!(!stderr.contains("was redefined"), "{stderr}");
+    assert!(stderr.contains("set by the driver: max_epochs, run_dir"), "{stderr}");
+    let config = std::fs::read_to_string(dir.path().join("config.txt")).unwrap();
+    assert!(config.contains("max_epochs 1 "), "{config}");
     assert!(
         stdout
             .trim_end()

@@ -780,3 +780,32 @@ fn step_api_programs_are_freed_with_their_model() {
         "every dropped model freed its step"
     );
 }
+
+/// A loss closure rebuilt every iteration with another captured value
+/// compiles every time (correctly: the graph differs); the pile-up warning
+/// says so, with advice for that cause, without a tracing subscriber.
+#[test]
+fn the_pileup_warning_reaches_the_user_with_advice_for_its_cause() {
+    let _g = lock();
+    let x = Array::new(&[4, 4], vec![0.25f32; 16]).unwrap();
+    let y = Array::new(&[4, 2], vec![0.5f32; 8]).unwrap();
+    let chain = Chain::new().push(Dense::new(4, 2));
+    let params = chain.init_params(1);
+    let mut model = ModelAndParams::new(chain, params);
+    let mut opt = OptState::new(Optimizer::sgd(0.1), &model);
+    for i in 0..10 {
+        let scale = 1.0 + i as f64;
+        let loss = move |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| {
+            let l = mse(&m.apply(ps, "", &b[0]), &b[1]);
+            &l * &l.scalar_like(scale)
+        };
+        nitro_run::step_api::trainstep_withgradient(&loss, &mut model, &[x.clone(), y.clone()], &mut opt)
+            .unwrap();
+    }
+    let warnings = nitro_run::compile_warnings();
+    let w = warnings
+        .iter()
+        .find(|w| w.contains("trainstep_withgradient"))
+        .unwrap_or_else(|| panic!("no warning in {warnings:?}"));
+    assert!(w.contains("build it once and reuse it"), "{w}");
+}
