@@ -336,19 +336,20 @@ impl<E: Experiment> Nitro<E> {
         let Some(saved) = meta.user.get(STRUCTURE).and_then(Structure::from_value) else {
             return vec![];
         };
-        let now =
-            if saved.width == self.frozen.structure.width {
-                self.frozen.structure.clone()
-            } else {
-                let kind = crate::layout::Kind::Predict { width: saved.width };
-                match self.programs.trace(&self.e, &self.model, &kind) {
-                    Ok((_, graph, _)) => Structure::of(&graph, saved.width),
-                    Err(e) => return vec![format!(
+        let now = if saved.width == self.frozen.structure.width {
+            self.frozen.structure.clone()
+        } else {
+            let kind = crate::layout::Kind::Predict { width: saved.width };
+            match self.programs.trace(&self.e, &self.model, &kind) {
+                Ok((_, graph, _)) => Structure::of(&graph, saved.width),
+                Err(e) => {
+                    return vec![format!(
                         "model structure: forward does not trace at the checkpoint's width {}: {e}",
                         saved.width
-                    )],
+                    )]
                 }
-            };
+            }
+        };
         if now.hash == saved.hash {
             return vec![];
         }

@@ -194,7 +194,10 @@ fn train_then_resume_logs_plots_and_continues_from_the_checkpoint() {
     // exists: reported as set by the driver, never as redefined accessors,
     // and recorded as the run used them.
     assert!(!stderr.contains("was redefined"), "{stderr}");
-    assert!(stderr.contains("set by the driver: max_epochs, run_dir"), "{stderr}");
+    assert!(
+        stderr.contains("set by the driver: max_epochs, run_dir"),
+        "{stderr}"
+    );
     let config = std::fs::read_to_string(dir.path().join("config.txt")).unwrap();
     assert!(config.contains("max_epochs 1 "), "{config}");
     assert!(

@@ -266,10 +266,11 @@ fn step_api_closures_capturing_different_values_do_not_share_a_program() {
             &l * &l.scalar_like(scale)
         }
     };
+    // One model, lr 0 (params stay put), two closures of one type.
+    let mut model = ModelAndParams::new(chain(), params);
+    let mut opt = OptState::new(Optimizer::sgd(0.0), &model);
     let mut losses = vec![];
     for scale in [1.0, 100.0] {
-        let mut model = ModelAndParams::new(chain(), params.clone());
-        let mut opt = OptState::new(Optimizer::sgd(0.0), &model);
         let f = make(scale);
         losses.push(trainstep(&f, &mut model, &[x.clone(), y.clone()], &mut opt).unwrap());
     }
@@ -799,8 +800,13 @@ fn the_pileup_warning_reaches_the_user_with_advice_for_its_cause() {
             let l = mse(&m.apply(ps, "", &b[0]), &b[1]);
             &l * &l.scalar_like(scale)
         };
-        nitro_run::step_api::trainstep_withgradient(&loss, &mut model, &[x.clone(), y.clone()], &mut opt)
-            .unwrap();
+        nitro_run::step_api::trainstep_withgradient(
+            &loss,
+            &mut model,
+            &[x.clone(), y.clone()],
+            &mut opt,
+        )
+        .unwrap();
     }
     let warnings = nitro_run::compile_warnings();
     let w = warnings
