@@ -9,6 +9,7 @@
 //! | tracing | [`trace`](mod@trace) | symbolic [`Tensor`]s with operators; shape errors at trace time |
 //! | autodiff | [`autodiff`] | reverse mode as a graph transform: one VJP rule per primitive |
 //! | composites | [`nn`] | relu, softmax, conv2d, cross-entropy, layers, `Chain`, optimizers |
+//! | semantics | [`semantics`] | the one scalar table of what each elementwise op computes (folding, CPU, CUDA, tests) |
 //! | passes | [`passes`] | simplify, constant folding, CSE, DCE |
 //! | fusion | [`fusion`] | elementwise chains into single kernels |
 //! | plan | [`plan`] | liveness-based buffer reuse, in-place donated updates |
@@ -45,6 +46,7 @@ pub mod ir;
 pub mod nn;
 pub mod passes;
 pub mod plan;
+pub mod semantics;
 pub mod trace;
 
 pub use error::{GraphError, Result};

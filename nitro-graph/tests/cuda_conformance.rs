@@ -20,10 +20,12 @@ mod mlp_shared;
 
 use nitro_graph::backend::cuda::emulate::{self, HostEmulation};
 use nitro_graph::backend::cuda::CudaProgram;
+use nitro_graph::ir::{BinaryOp, CmpOp, UnaryOp};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::Chain;
 use nitro_graph::nn::train::AdamStepGraph;
 use nitro_graph::nn::zoo;
+use nitro_graph::semantics::Scalar;
 use nitro_graph::{
     compile_graph, trace, Array, CompileOptions, DType, Device, Graph, Result, Tensor, TensorSpec,
     Tracer,
@@ -202,6 +204,103 @@ fn adam_step_case(
     conform(test, target, build, args, steps, tol);
 }
 
+/// Edge values every elementwise op is checked on against the semantics
+/// table: NaN, ±inf, ±0, a subnormal, huge and tiny values; integer edges.
+fn edges(dtype: DType) -> Vec<f64> {
+    if dtype.is_float() {
+        vec![
+            f64::NAN,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            -2.5,
+            1e-40,
+            3.4e38,
+            1e30,
+            7.25,
+            -0.1,
+        ]
+    } else {
+        let (min, max) = if dtype == DType::I32 {
+            (i32::MIN as f64, i32::MAX as f64)
+        } else {
+            (i64::MIN as f64, (1i64 << 53) as f64)
+        };
+        vec![0.0, 1.0, -1.0, 2.0, -7.0, 100.0, min, max, min + 1.0]
+    }
+}
+
+/// One output of [`table_case`]: `out` over the unary column (`t[0]`) or the
+/// binary pair (`t[1]`, `t[2]`), and the table's answer for it.
+struct Row {
+    name: String,
+    binary: bool,
+    out: Box<dyn Fn(&[Tensor]) -> Tensor>,
+    want: Box<dyn Fn(&[Scalar]) -> Option<Scalar>>,
+    tol: f64,
+}
+
+/// Every row over the edges of `dtype` in one program (inputs: the edges,
+/// then every ordered pair of them), run on `target` and compared element
+/// by element with the semantics table (the oracle): bit for bit (NaN
+/// matching NaN), except `tol` (relative) for libm functions on a GPU,
+/// whose `expf`/`sinf`/... may differ from the host's in the last ulp.
+fn table_case(test: &str, target: Target, dtype: DType, rows: Vec<Row>) {
+    let e = edges(dtype);
+    let a: Vec<f64> = e.iter().flat_map(|&x| e.iter().map(move |_| x)).collect();
+    let b: Vec<f64> = e.iter().flat_map(|_| e.iter().copied()).collect();
+    let cols = [e, a, b];
+    let specs: Vec<(String, TensorSpec)> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (format!("x{i}"), TensorSpec::new(dtype, &[c.len()])))
+        .collect();
+    let named: Vec<(&str, TensorSpec)> =
+        specs.iter().map(|(s, t)| (s.as_str(), t.clone())).collect();
+    let g = trace(&named, |_, t| {
+        Ok(rows.iter().map(|r| (r.name.clone(), (r.out)(t))).collect())
+    })
+    .unwrap();
+    let Some(run) = runner(test, target, g, CompileOptions::named(test)) else {
+        return;
+    };
+    let mut args: Vec<Array> = cols
+        .iter()
+        .map(|c| Array::new(&[c.len()], c.clone()).unwrap().cast(dtype))
+        .collect();
+    let got = run(&mut args);
+    for (row, got) in rows.iter().zip(&got) {
+        let used: &[Vec<f64>] = if row.binary { &cols[1..] } else { &cols[..1] };
+        for (i, g) in got.to_f64_vec().into_iter().enumerate() {
+            let regs: Vec<Scalar> = used.iter().map(|c| Scalar::fill(dtype, c[i])).collect();
+            let w = (row.want)(&regs).expect("defined").to_f64();
+            let ok = (g.is_nan() && w.is_nan())
+                || g.to_bits() == w.to_bits()
+                || (row.tol > 0.0
+                    && matches!(target, Target::Cuda)
+                    && (g - w).abs() <= row.tol * w.abs());
+            let at: Vec<f64> = used.iter().map(|c| c[i]).collect();
+            assert!(
+                ok,
+                "{test} {} at {at:?}: got {g:?}, the table says {w:?}",
+                row.name
+            );
+        }
+    }
+}
+
+/// Whether an op is a libm function (exact elsewhere, within ulps on a GPU).
+fn libm(op: UnaryOp) -> bool {
+    !matches!(
+        op,
+        UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign | UnaryOp::Floor | UnaryOp::Recip
+    )
+}
+
 /// One test per (case, device).
 macro_rules! conformance {
     ($($name:ident => $body:expr;)*) => {
@@ -225,6 +324,77 @@ macro_rules! conformance {
 }
 
 conformance! {
+    elementwise_edges_match_the_semantics_table => |t, d| {
+        for dtype in [DType::F32, DType::F64, DType::I32, DType::I64] {
+            let tol = if dtype == DType::F32 { 2.5e-7 } else { 5e-16 };
+            let mut rows = vec![];
+            for op in UnaryOp::ALL {
+                if !dtype.is_float() && op.on_integers().is_none() {
+                    continue;
+                }
+                let out: Body = match op {
+                    UnaryOp::Neg => |_, x| x[0].neg(),
+                    UnaryOp::Exp => |_, x| x[0].exp(),
+                    UnaryOp::Log => |_, x| x[0].log(),
+                    UnaryOp::Sqrt => |_, x| x[0].sqrt(),
+                    UnaryOp::Tanh => |_, x| x[0].tanh(),
+                    UnaryOp::Sigmoid => |_, x| x[0].sigmoid(),
+                    UnaryOp::Sin => |_, x| x[0].sin(),
+                    UnaryOp::Cos => |_, x| x[0].cos(),
+                    UnaryOp::Abs => |_, x| x[0].abs(),
+                    UnaryOp::Recip => |_, x| x[0].recip(),
+                    UnaryOp::Sign => |_, x| x[0].sign(),
+                    UnaryOp::Floor => |_, x| x[0].floor(),
+                };
+                rows.push(Row {
+                    name: format!("{op:?}"),
+                    binary: false,
+                    out: Box::new(move |x| out(x[0].tracer(), x)),
+                    want: Box::new(move |s| s[0].unary(op)),
+                    tol: if libm(op) { tol } else { 0.0 },
+                });
+            }
+            for op in BinaryOp::ALL {
+                if !dtype.is_float() && op.on_integers().is_none() {
+                    continue;
+                }
+                let out: Body = match op {
+                    BinaryOp::Add => |_, x| x[1].add(&x[2]),
+                    BinaryOp::Sub => |_, x| x[1].sub(&x[2]),
+                    BinaryOp::Mul => |_, x| x[1].mul(&x[2]),
+                    BinaryOp::Div => |_, x| x[1].div(&x[2]),
+                    BinaryOp::Max => |_, x| x[1].maximum(&x[2]),
+                    BinaryOp::Min => |_, x| x[1].minimum(&x[2]),
+                    BinaryOp::Pow => |_, x| x[1].pow(&x[2]),
+                };
+                rows.push(Row {
+                    name: format!("{op:?}"),
+                    binary: true,
+                    out: Box::new(move |x| out(x[0].tracer(), x)),
+                    want: Box::new(move |s| s[0].binary(op, s[1])),
+                    tol: if op == BinaryOp::Pow { tol } else { 0.0 },
+                });
+            }
+            for op in CmpOp::ALL {
+                let out: Body = match op {
+                    CmpOp::Eq => |_, x| x[1].eq_t(&x[2]),
+                    CmpOp::Ne => |_, x| x[1].ne_t(&x[2]),
+                    CmpOp::Lt => |_, x| x[1].lt(&x[2]),
+                    CmpOp::Le => |_, x| x[1].le(&x[2]),
+                    CmpOp::Gt => |_, x| x[1].gt(&x[2]),
+                    CmpOp::Ge => |_, x| x[1].ge(&x[2]),
+                };
+                rows.push(Row {
+                    name: format!("{op:?}"),
+                    binary: true,
+                    out: Box::new(move |x| out(x[0].tracer(), x)),
+                    want: Box::new(move |s| s[0].compare(op, s[1]).map(Scalar::Bool)),
+                    tol: 0.0,
+                });
+            }
+            table_case(&format!("{t} {dtype}"), d, dtype, rows);
+        }
+    };
     unary_ops => |t, d| {
         let ops: [Body; 12] = [
             |_, x| -x[0].clone(),

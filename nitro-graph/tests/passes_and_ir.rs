@@ -76,7 +76,7 @@ fn simplify_and_fold() {
     let mut g = trace(&x_spec(), |tr, t| {
         let two = tr.scalar(2.0, nitro_graph::DType::F32);
         let four = &two * &two; // folds to a constant
-        Ok(vec![("y".into(), (&t[0] * 1.0 + 0.0) * four)])
+        Ok(vec![("y".into(), (&t[0] * 1.0 - 0.0) * four)])
     })
     .unwrap();
     Simplify.run(&mut g);
@@ -90,13 +90,35 @@ fn simplify_and_fold() {
         1,
         "x*1 and 2*2 are gone: {ops:?}"
     );
-    assert!(!ops.iter().any(|o| o == "add"), "x+0 is gone: {ops:?}");
+    assert!(!ops.iter().any(|o| o == "sub"), "x-0 is gone: {ops:?}");
     let mut x = [Array::new(&[64], vec![1.5f32; 64]).unwrap()];
     let y = compile_graph(g, CompileOptions::named("s"))
         .unwrap()
         .run(&mut x)
         .unwrap();
     assert_eq!(y[0].to_f32_vec(), vec![6.0; 64]);
+}
+
+#[test]
+fn simplify_keeps_x_plus_zero_which_turns_negative_zero_positive() {
+    // -0.0 + 0.0 == +0.0, so `x + 0.0` is no identity on floats; `x + -0.0` is.
+    let build = |zero: f64| {
+        let mut g = trace(&x_spec(), |_, t| Ok(vec![("y".into(), &t[0] + zero)])).unwrap();
+        Simplify.run(&mut g);
+        g
+    };
+    let adds = |g: &nitro_graph::Graph| g.nodes.iter().filter(|n| n.op.name() == "add").count();
+    assert_eq!(adds(&build(0.0)), 1);
+    assert_eq!(adds(&build(-0.0)), 0);
+    let mut x = [Array::new(&[64], vec![-0.0f32; 64]).unwrap()];
+    let y = compile_graph(build(0.0), CompileOptions::named("z"))
+        .unwrap()
+        .run(&mut x)
+        .unwrap();
+    assert!(y[0]
+        .to_f32_vec()
+        .iter()
+        .all(|v| *v == 0.0 && v.is_sign_positive()));
 }
 
 #[test]

@@ -380,7 +380,8 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         Op::Unary(u) => {
             let a = args[0];
             computable(&name, a.dtype)?;
-            let int_ok = matches!(u, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Sign);
+            // Which ops exist on integers is the semantics table's call.
+            let int_ok = u.on_integers().is_some();
             if !a.dtype.is_float() && !int_ok {
                 return Err(GraphError::dtype(
                     &name,
@@ -402,7 +403,7 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             same_shape(&name, a, c)?;
             same_dtype(&name, a, c)?;
             computable(&name, a.dtype)?;
-            if a.dtype == DType::Bool || (*b == BinaryOp::Pow && !a.dtype.is_float()) {
+            if a.dtype == DType::Bool || (b.on_integers().is_none() && !a.dtype.is_float()) {
                 return Err(GraphError::dtype(
                     &name,
                     format!("not defined for {}", a.dtype),

@@ -1,4 +1,5 @@
-//! Algebraic simplification: identities (`x+0`, `x*1`, `x/1`, `--x`),
+//! Algebraic simplification: identities exact for every input, ±0 and NaN
+//! included (`x + -0.0`, `x - +0.0`, integer `x+0`, `x*1`, `x/1`, `--x`),
 //! no-op movement (reshape/broadcast to the same shape, identity permute,
 //! cast to the same dtype), collapsed chains (reshape∘reshape,
 //! permute∘permute), and transposes folded into matmul flags.
@@ -15,6 +16,25 @@ fn is_const(g: &Graph, n: usize, v: f64) -> bool {
     fill_value(g, n) == Some(v)
 }
 
+/// Whether `n` is the additive identity of its dtype: -0.0 for floats (x +
+/// +0.0 turns x = -0.0 into +0.0), 0 for integers.
+fn is_add_identity(g: &Graph, n: usize) -> bool {
+    match fill_value(g, n) {
+        Some(v) if g.nodes[n].spec.dtype.is_float() => v == 0.0 && v.is_sign_negative(),
+        Some(v) => v == 0.0,
+        None => false,
+    }
+}
+
+/// Whether `x - n == x` for every x: +0.0 for floats, 0 for integers.
+fn is_sub_identity(g: &Graph, n: usize) -> bool {
+    match fill_value(g, n) {
+        Some(v) if g.nodes[n].spec.dtype.is_float() => v == 0.0 && v.is_sign_positive(),
+        Some(v) => v == 0.0,
+        None => false,
+    }
+}
+
 /// Whether `perm` swaps exactly the last two axes.
 fn is_last_two_swap(perm: &[usize]) -> bool {
     let r = perm.len();
@@ -26,13 +46,13 @@ fn rule(g: &Graph, node: &Node) -> Decision {
     let arg_node = |i: usize| &g.nodes[node.args[i]];
     let same_as = |i: usize| arg_node(i).spec == node.spec;
     match &node.op {
-        Op::Binary(BinaryOp::Add) if is_const(g, arg(1), 0.0) && same_as(0) => {
+        Op::Binary(BinaryOp::Add) if is_add_identity(g, arg(1)) && same_as(0) => {
             Decision::Forward(arg(0))
         }
-        Op::Binary(BinaryOp::Add) if is_const(g, arg(0), 0.0) && same_as(1) => {
+        Op::Binary(BinaryOp::Add) if is_add_identity(g, arg(0)) && same_as(1) => {
             Decision::Forward(arg(1))
         }
-        Op::Binary(BinaryOp::Sub) if is_const(g, arg(1), 0.0) && same_as(0) => {
+        Op::Binary(BinaryOp::Sub) if is_sub_identity(g, arg(1)) && same_as(0) => {
             Decision::Forward(arg(0))
         }
         Op::Binary(BinaryOp::Mul) if is_const(g, arg(1), 1.0) && same_as(0) => {

@@ -8,6 +8,8 @@
 use super::raw::Raw;
 use crate::fusion::{Access, FusedGroup, Source};
 use crate::ir::{BinaryOp, CmpOp, Graph, NodeId, Op, UnaryOp};
+use crate::semantics as sem;
+use crate::{each_compare, each_float_binary, each_float_unary, each_int_binary, each_int_unary};
 use nitro_device::{bf16, f16, DType};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -560,58 +562,37 @@ fn store(r: &Reg, out: Raw, at: usize, len: usize) {
 /// vectorises (a function pointer per element would do neither).
 macro_rules! map1 {
     ($d:expr, $a:expr, |$x:ident| $e:expr) => {{
-        for (o, &$x) in $d.iter_mut().zip($a) {
+        for (o, &$x) in $d.iter_mut().zip($a.iter()) {
             *o = $e;
         }
     }};
 }
 
-macro_rules! float_unary {
-    ($op:expr, $d:expr, $a:expr, $len:expr, $t:ty) => {{
-        let (d, a) = (&mut $d[..$len], &$a[..$len]);
-        match $op {
-            UnaryOp::Neg => map1!(d, a, |x| -x),
-            UnaryOp::Exp => map1!(d, a, |x| x.exp()),
-            UnaryOp::Log => map1!(d, a, |x| x.ln()),
-            UnaryOp::Sqrt => map1!(d, a, |x| x.sqrt()),
-            UnaryOp::Tanh => map1!(d, a, |x| x.tanh()),
-            UnaryOp::Sigmoid => map1!(d, a, |x| 1.0 / (1.0 + (-x).exp())),
-            UnaryOp::Sin => map1!(d, a, |x| x.sin()),
-            UnaryOp::Cos => map1!(d, a, |x| x.cos()),
-            UnaryOp::Abs => map1!(d, a, |x| x.abs()),
-            UnaryOp::Recip => map1!(d, a, |x| 1.0 / x),
-            UnaryOp::Sign => map1!(d, a, |x| if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                0.0
-            }),
-            UnaryOp::Floor => map1!(d, a, |x| x.floor()),
-        }
-    }};
-}
-
-macro_rules! int_unary {
-    ($op:expr, $d:expr, $a:expr, $len:expr) => {{
-        for (x, &y) in $d[..$len].iter_mut().zip(&$a[..$len]) {
-            *x = match $op {
-                UnaryOp::Neg => y.wrapping_neg(),
-                UnaryOp::Abs => y.wrapping_abs(),
-                _ => y.signum(),
-            };
-        }
-    }};
-}
+// The scalar functions are the table in `crate::semantics`, shared with
+// constant folding and mirrored by the CUDA codegen; each arm of the
+// `each_*!` dispatch is one loop with a constant op, so it inlines and
+// vectorises. An op float-only by the table never reaches an integer
+// register: `ir::infer` refuses it through the same table.
 
 fn unary(op: UnaryOp, d: &mut Reg, a: &Reg, len: usize) {
     match (d, a) {
-        (Reg::F32(d), Reg::F32(a)) => float_unary!(op, d, a, len, f32),
-        (Reg::F64(d), Reg::F64(a)) => float_unary!(op, d, a, len, f64),
-        (Reg::I32(d), Reg::I32(a)) => int_unary!(op, d, a, len),
-        (Reg::I64(d), Reg::I64(a)) => int_unary!(op, d, a, len),
+        (Reg::F32(d), Reg::F32(a)) => {
+            each_float_unary!(op, OP => map1!(d[..len], &a[..len], |x| sem::float_unary(OP, x)))
+        }
+        (Reg::F64(d), Reg::F64(a)) => {
+            each_float_unary!(op, OP => map1!(d[..len], &a[..len], |x| sem::float_unary(OP, x)))
+        }
+        (Reg::I32(d), Reg::I32(a)) => int_unary(op, &mut d[..len], &a[..len]),
+        (Reg::I64(d), Reg::I64(a)) => int_unary(op, &mut d[..len], &a[..len]),
         _ => unreachable!("unary on mismatched registers"),
     }
+}
+
+fn int_unary<T: sem::IntElem>(op: UnaryOp, d: &mut [T], a: &[T]) {
+    let Some(op) = op.on_integers() else {
+        unreachable!("{op:?} is float-only; ir::infer refuses it on integers")
+    };
+    each_int_unary!(op, OP => map1!(d, a, |x| sem::int_unary(OP, x)))
 }
 
 macro_rules! zip2 {
@@ -622,67 +603,25 @@ macro_rules! zip2 {
     }};
 }
 
-macro_rules! float_binary {
-    ($op:expr, $d:expr, $a:expr, $b:expr, $len:expr) => {
-        match $op {
-            BinaryOp::Add => zip2!($d, $a, $b, $len, |x, y| x + y),
-            BinaryOp::Sub => zip2!($d, $a, $b, $len, |x, y| x - y),
-            BinaryOp::Mul => zip2!($d, $a, $b, $len, |x, y| x * y),
-            BinaryOp::Div => zip2!($d, $a, $b, $len, |x, y| x / y),
-            BinaryOp::Max => zip2!($d, $a, $b, $len, |x, y| if x >= y || y.is_nan() {
-                x
-            } else {
-                y
-            }),
-            BinaryOp::Min => zip2!($d, $a, $b, $len, |x, y| if x <= y || y.is_nan() {
-                x
-            } else {
-                y
-            }),
-            BinaryOp::Pow => zip2!($d, $a, $b, $len, |x, y| x.powf(y)),
-        }
-    };
-}
-
-macro_rules! int_binary {
-    ($op:expr, $d:expr, $a:expr, $b:expr, $len:expr) => {
-        match $op {
-            BinaryOp::Add => zip2!($d, $a, $b, $len, |x, y| x.wrapping_add(y)),
-            BinaryOp::Sub => zip2!($d, $a, $b, $len, |x, y| x.wrapping_sub(y)),
-            BinaryOp::Mul => zip2!($d, $a, $b, $len, |x, y| x.wrapping_mul(y)),
-            BinaryOp::Div => zip2!($d, $a, $b, $len, |x, y| if y == 0 {
-                0
-            } else {
-                x.wrapping_div(y)
-            }),
-            BinaryOp::Max => zip2!($d, $a, $b, $len, |x, y| x.max(y)),
-            BinaryOp::Min => zip2!($d, $a, $b, $len, |x, y| x.min(y)),
-            BinaryOp::Pow => unreachable!("pow on integers is refused at trace time"),
-        }
-    };
-}
-
 fn binary(op: BinaryOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
     match (d, a, b) {
-        (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => float_binary!(op, d, a, b, len),
-        (Reg::F64(d), Reg::F64(a), Reg::F64(b)) => float_binary!(op, d, a, b, len),
-        (Reg::I32(d), Reg::I32(a), Reg::I32(b)) => int_binary!(op, d, a, b, len),
-        (Reg::I64(d), Reg::I64(a), Reg::I64(b)) => int_binary!(op, d, a, b, len),
+        (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => {
+            each_float_binary!(op, OP => zip2!(d, a, b, len, |x, y| sem::float_binary(OP, x, y)))
+        }
+        (Reg::F64(d), Reg::F64(a), Reg::F64(b)) => {
+            each_float_binary!(op, OP => zip2!(d, a, b, len, |x, y| sem::float_binary(OP, x, y)))
+        }
+        (Reg::I32(d), Reg::I32(a), Reg::I32(b)) => int_binary(op, d, a, b, len),
+        (Reg::I64(d), Reg::I64(a), Reg::I64(b)) => int_binary(op, d, a, b, len),
         _ => unreachable!("binary on mismatched registers"),
     }
 }
 
-macro_rules! cmp {
-    ($op:expr, $d:expr, $a:expr, $b:expr, $len:expr) => {
-        match $op {
-            CmpOp::Eq => zip2!($d, $a, $b, $len, |x, y| x == y),
-            CmpOp::Ne => zip2!($d, $a, $b, $len, |x, y| x != y),
-            CmpOp::Lt => zip2!($d, $a, $b, $len, |x, y| x < y),
-            CmpOp::Le => zip2!($d, $a, $b, $len, |x, y| x <= y),
-            CmpOp::Gt => zip2!($d, $a, $b, $len, |x, y| x > y),
-            CmpOp::Ge => zip2!($d, $a, $b, $len, |x, y| x >= y),
-        }
+fn int_binary<T: sem::IntElem>(op: BinaryOp, d: &mut [T], a: &[T], b: &[T], len: usize) {
+    let Some(op) = op.on_integers() else {
+        unreachable!("{op:?} is float-only; ir::infer refuses it on integers")
     };
+    each_int_binary!(op, OP => zip2!(d, a, b, len, |x, y| sem::int_binary(OP, x, y)))
 }
 
 fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
@@ -690,13 +629,17 @@ fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
         unreachable!("compare writes bool")
     };
     match (a, b) {
-        (Reg::F32(a), Reg::F32(b)) => cmp!(op, d, a, b, len),
-        (Reg::F64(a), Reg::F64(b)) => cmp!(op, d, a, b, len),
-        (Reg::I32(a), Reg::I32(b)) => cmp!(op, d, a, b, len),
-        (Reg::I64(a), Reg::I64(b)) => cmp!(op, d, a, b, len),
-        (Reg::Bool(a), Reg::Bool(b)) => cmp!(op, d, a, b, len),
+        (Reg::F32(a), Reg::F32(b)) => cmp_into(op, d, a, b, len),
+        (Reg::F64(a), Reg::F64(b)) => cmp_into(op, d, a, b, len),
+        (Reg::I32(a), Reg::I32(b)) => cmp_into(op, d, a, b, len),
+        (Reg::I64(a), Reg::I64(b)) => cmp_into(op, d, a, b, len),
+        (Reg::Bool(a), Reg::Bool(b)) => cmp_into(op, d, a, b, len),
         _ => unreachable!("compare on mismatched registers"),
     }
+}
+
+fn cmp_into<T: PartialOrd + Copy>(op: CmpOp, d: &mut [bool], a: &[T], b: &[T], len: usize) {
+    each_compare!(op, OP => zip2!(d, a, b, len, |x, y| sem::compare(OP, x, y)))
 }
 
 fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {

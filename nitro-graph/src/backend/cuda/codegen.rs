@@ -21,6 +21,7 @@
 
 use crate::fusion::{strides_of, Access, FusedGroup, Kernel, Schedule, Source};
 use crate::ir::{BinaryOp, CmpOp, Graph, NodeId, Op, UnaryOp};
+use crate::semantics::{IntBinary, IntUnary};
 use nitro_device::{DType, HostBuffer};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -271,7 +272,20 @@ fn decompose(flat: &str, shape: &[usize], strides: &[usize], acc: &str, indent: 
 
 const GRID_STRIDE: &str = "for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)";
 
+// The scalar rows below render the table of `crate::semantics` as CUDA C
+// (float rows over `UnaryOp`/`BinaryOp`, integer rows over `IntUnary`/
+// `IntBinary`, every match exhaustive). An op float-only by the table on an
+// integer register renders an undeclared identifier naming it, so NVRTC
+// and host emulation refuse the module instead of computing something;
+// `ir::infer` refuses such a graph first.
+
 fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
+    if ty != "float" && ty != "double" {
+        return match op.on_integers() {
+            Some(op) => int_unary(op, ty, a),
+            None => format!("nitro_undefined_on_integers_{op:?}({a})"),
+        };
+    }
     let f = |name32: &str, name64: &str| {
         if ty == "float" {
             format!("{name32}({a})")
@@ -279,44 +293,67 @@ fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
             format!("{name64}({a})")
         }
     };
-    let is_float = ty == "float" || ty == "double";
     let one = if ty == "float" { "1.0f" } else { "1.0" };
-    match (op, is_float) {
-        (UnaryOp::Neg, true) => format!("-{a}"),
-        (UnaryOp::Neg, false) => format!("({ty})(0ULL - (unsigned long long){a})"),
-        (UnaryOp::Abs, true) => f("fabsf", "fabs"),
-        (UnaryOp::Abs, false) => {
-            format!("({a} < 0 ? ({ty})(0ULL - (unsigned long long){a}) : {a})")
-        }
-        (UnaryOp::Sign, true) => format!("({a} > 0 ? ({ty})1 : ({a} < 0 ? ({ty})-1 : ({ty})0))"),
-        (UnaryOp::Sign, false) => format!("({ty})(({a} > 0) - ({a} < 0))"),
-        (UnaryOp::Exp, _) => f("expf", "exp"),
-        (UnaryOp::Log, _) => f("logf", "log"),
-        (UnaryOp::Sqrt, _) => f("sqrtf", "sqrt"),
-        (UnaryOp::Tanh, _) => f("tanhf", "tanh"),
-        (UnaryOp::Sin, _) => f("sinf", "sin"),
-        (UnaryOp::Cos, _) => f("cosf", "cos"),
-        (UnaryOp::Floor, _) => f("floorf", "floor"),
-        (UnaryOp::Recip, _) => format!("{one} / {a}"),
-        (UnaryOp::Sigmoid, _) => {
+    match op {
+        UnaryOp::Neg => format!("-{a}"),
+        UnaryOp::Abs => f("fabsf", "fabs"),
+        // ±0 and NaN are their own sign.
+        UnaryOp::Sign => format!("({a} > 0 ? ({ty})1 : ({a} < 0 ? ({ty})-1 : {a}))"),
+        UnaryOp::Exp => f("expf", "exp"),
+        UnaryOp::Log => f("logf", "log"),
+        UnaryOp::Sqrt => f("sqrtf", "sqrt"),
+        UnaryOp::Tanh => f("tanhf", "tanh"),
+        UnaryOp::Sin => f("sinf", "sin"),
+        UnaryOp::Cos => f("cosf", "cos"),
+        UnaryOp::Floor => f("floorf", "floor"),
+        UnaryOp::Recip => format!("{one} / {a}"),
+        UnaryOp::Sigmoid => {
             let e = if ty == "float" { "expf" } else { "exp" };
             format!("{one} / ({one} + {e}(-{a}))")
         }
     }
 }
 
+fn int_unary(op: IntUnary, ty: &str, a: &str) -> String {
+    match op {
+        IntUnary::Neg => format!("({ty})(0ULL - (unsigned long long){a})"),
+        IntUnary::Abs => format!("({a} < 0 ? ({ty})(0ULL - (unsigned long long){a}) : {a})"),
+        IntUnary::Sign => format!("({ty})(({a} > 0) - ({a} < 0))"),
+    }
+}
+
 fn binary(op: BinaryOp, ty: &str, a: &str, b: &str) -> String {
-    let is_float = ty == "float" || ty == "double";
+    if ty != "float" && ty != "double" {
+        return match op.on_integers() {
+            Some(op) => int_binary(op, ty, a, b),
+            None => format!("nitro_undefined_on_integers_{op:?}({a}, {b})"),
+        };
+    }
+    match op {
+        BinaryOp::Add => format!("{a} + {b}"),
+        BinaryOp::Sub => format!("{a} - {b}"),
+        BinaryOp::Mul => format!("{a} * {b}"),
+        BinaryOp::Div => format!("{a} / {b}"),
+        // A NaN operand yields the other one; ties give the first.
+        BinaryOp::Max => format!("(({a} >= {b} || {b} != {b}) ? {a} : {b})"),
+        BinaryOp::Min => format!("(({a} <= {b} || {b} != {b}) ? {a} : {b})"),
+        BinaryOp::Pow => {
+            if ty == "float" {
+                format!("powf({a}, {b})")
+            } else {
+                format!("pow({a}, {b})")
+            }
+        }
+    }
+}
+
+fn int_binary(op: IntBinary, ty: &str, a: &str, b: &str) -> String {
     let wrap = |o: &str| format!("({ty})((unsigned long long){a} {o} (unsigned long long){b})");
-    match (op, is_float) {
-        (BinaryOp::Add, true) => format!("{a} + {b}"),
-        (BinaryOp::Sub, true) => format!("{a} - {b}"),
-        (BinaryOp::Mul, true) => format!("{a} * {b}"),
-        (BinaryOp::Div, true) => format!("{a} / {b}"),
-        (BinaryOp::Add, false) => wrap("+"),
-        (BinaryOp::Sub, false) => wrap("-"),
-        (BinaryOp::Mul, false) => wrap("*"),
-        (BinaryOp::Div, false) => {
+    match op {
+        IntBinary::Add => wrap("+"),
+        IntBinary::Sub => wrap("-"),
+        IntBinary::Mul => wrap("*"),
+        IntBinary::Div => {
             let min = if ty == "int" {
                 "(-2147483647 - 1)"
             } else {
@@ -324,18 +361,8 @@ fn binary(op: BinaryOp, ty: &str, a: &str, b: &str) -> String {
             };
             format!("({b} == 0 ? ({ty})0 : (({a} == {min} && {b} == -1) ? {a} : {a} / {b}))")
         }
-        // NaN in the second operand wins, as in the CPU backend.
-        (BinaryOp::Max, true) => format!("(({a} >= {b} || {b} != {b}) ? {a} : {b})"),
-        (BinaryOp::Min, true) => format!("(({a} <= {b} || {b} != {b}) ? {a} : {b})"),
-        (BinaryOp::Max, false) => format!("({a} > {b} ? {a} : {b})"),
-        (BinaryOp::Min, false) => format!("({a} < {b} ? {a} : {b})"),
-        (BinaryOp::Pow, _) => {
-            if ty == "float" {
-                format!("powf({a}, {b})")
-            } else {
-                format!("pow({a}, {b})")
-            }
-        }
+        IntBinary::Max => format!("({a} > {b} ? {a} : {b})"),
+        IntBinary::Min => format!("({a} < {b} ? {a} : {b})"),
     }
 }
 
