@@ -32,6 +32,7 @@ pub mod cuda;
 mod device;
 mod dtype;
 mod error;
+mod ptx_cache;
 
 pub use buffer::HostBuffer;
 pub use device::Device;

@@ -91,7 +91,7 @@ fn bench_step(dev: &CudaDevice, name: &str, model: &Chain, x: &[usize]) -> Bench
     }
     let runs = 50;
     let ms = median((0..runs).map(|_| run()).collect::<Result<_, _>>()?);
-    let stats = program.cpu().stats();
+    let stats = program.desc().stats();
     println!(
         "{{\"bench\":\"{name}\",\"device\":\"cuda\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"peak_bytes\":{},\"compile_ms\":{compile_ms:.1}}}",
         x[0], stats.kernels, stats.peak_bytes

@@ -51,7 +51,8 @@ pub mod trace;
 
 pub use error::{GraphError, Result};
 pub use exec::{
-    compile, compile_graph, jit, Array, CompileOptions, Program, ProgramStats, Role, Signature,
+    compile, compile_graph, jit, Array, CompileOptions, Executable, Program, ProgramDesc,
+    ProgramStats, Role, Runtime, Signature, Value,
 };
 pub use ir::{Graph, TensorSpec};
 pub use nitro_device::{DType, Device, HostBuffer};

@@ -22,6 +22,7 @@ fn mlp_train_step_has_one_kernel_per_fused_group() {
     let src = p.source();
     println!("{}", p.listing());
     let fused = p
+        .desc()
         .schedule()
         .kernels
         .iter()
@@ -53,7 +54,7 @@ fn mlp_train_step_has_one_kernel_per_fused_group() {
         "steps run in schedule order"
     );
     seen.dedup();
-    assert_eq!(seen.len(), p.schedule().kernels.len());
+    assert_eq!(seen.len(), p.desc().schedule().kernels.len());
     // 3 forward + 5 backward products go to cuBLAS, nothing else.
     let gemms = p
         .cuda()

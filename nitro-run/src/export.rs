@@ -29,7 +29,9 @@ use std::path::{Path, PathBuf};
 
 use nitro_ckpt::{Checkpoint, Metadata, TensorEntry, Value};
 use nitro_data::{Batch, PadFill};
-use nitro_graph::{Array, CompileOptions, DType, Device, Graph, HostBuffer, Program, TensorSpec};
+use nitro_graph::{
+    Array, CompileOptions, DType, Device, Executable, Graph, HostBuffer, TensorSpec,
+};
 
 use crate::convert::to_array;
 use crate::experiment::Experiment;
@@ -234,30 +236,6 @@ impl<E: Experiment> Nitro<E> {
     }
 }
 
-enum Runner {
-    Cpu(Box<Program>),
-    #[cfg(feature = "cuda")]
-    Cuda(Box<nitro_graph::backend::cuda::CudaProgram>),
-}
-
-impl Runner {
-    fn run(&self, args: &mut [Array]) -> nitro_graph::Result<Vec<Array>> {
-        match self {
-            Runner::Cpu(p) => p.run(args),
-            #[cfg(feature = "cuda")]
-            Runner::Cuda(p) => p.run(args),
-        }
-    }
-
-    fn returned(&self) -> &[String] {
-        match self {
-            Runner::Cpu(p) => p.returned_names(),
-            #[cfg(feature = "cuda")]
-            Runner::Cuda(p) => p.cpu().returned_names(),
-        }
-    }
-}
-
 /// A model exported by [`Nitro::export`]: the predict program and its
 /// arrays, runnable with no experiment code.
 pub struct Exported {
@@ -268,7 +246,7 @@ pub struct Exported {
     outputs: Vec<String>,
     /// Params, state and Device arrays, in the program's input order.
     fixed: Vec<Array>,
-    runner: Runner,
+    runner: Executable,
 }
 
 impl std::fmt::Debug for Exported {
@@ -370,22 +348,10 @@ impl Exported {
             return Err(bad("batch inputs are not last in the program".into()));
         }
         let options = CompileOptions::named("predict");
-        let runner = match device {
-            Device::Cpu => Runner::Cpu(Box::new(nitro_graph::compile_graph(graph, options)?)),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(_) => {
-                crate::ptx_store::install_global();
-                Runner::Cuda(Box::new(
-                    nitro_graph::backend::cuda::CudaProgram::compile_graph(graph, options, device)?,
-                ))
-            }
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => {
-                return Err(ExportError::Graph(nitro_graph::GraphError::Backend(format!(
-                    "{device} requested, but nitro-run was built without the `cuda` feature; rebuild with `--features cuda`"
-                ))))
-            }
-        };
+        if device != Device::Cpu {
+            crate::ptx_store::install_global();
+        }
+        let runner = Executable::compile_graph(graph, options, device)?;
         Ok(Exported {
             experiment: file.meta.experiment.clone(),
             width,
@@ -473,7 +439,7 @@ impl Exported {
             let out = self.runner.run(&mut args)?;
             parts.push(
                 self.runner
-                    .returned()
+                    .returned_names()
                     .iter()
                     .zip(out)
                     .map(|(n, a)| {

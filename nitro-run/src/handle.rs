@@ -21,7 +21,7 @@ use crate::experiment::Experiment;
 use crate::layout::Kind;
 use crate::metric::Metric;
 use crate::placement::{BatchInputs, Placement};
-use crate::programs::{Compiled, Executable, Programs};
+use crate::programs::{Compiled, Programs};
 use crate::report::{report_enabled, Probes, RunValues};
 use crate::run_state::RunState;
 use crate::schedule::Schedule;
@@ -295,38 +295,6 @@ impl<E: Experiment> Nitro<E> {
         tail: BatchInputs,
         after_launch: impl FnOnce(&Self) -> Result<()>,
     ) -> Result<Vec<Array>> {
-        let program = match &compiled.exe {
-            Executable::Cpu(p) => p.clone(),
-            #[cfg(feature = "cuda")]
-            Executable::Cuda(p) => {
-                return self.run_resident(p, with_opt, middle, tail, after_launch);
-            }
-        };
-        #[cfg(feature = "cuda")]
-        let BatchInputs::Host(tail) = tail
-        else {
-            return Err(crate::placement::device_error(
-                nitro_graph::Device::Cpu,
-                "a batch staged for a GPU reached a CPU program".into(),
-            ));
-        };
-        #[cfg(not(feature = "cuda"))]
-        let BatchInputs::Host(tail) = tail;
-        let result = crate::placement::lend_values(
-            [
-                Some(&mut self.params),
-                Some(&mut self.state),
-                with_opt.then_some(&mut self.opt),
-                Some(&mut self.device),
-            ],
-            middle.into_iter().chain(tail),
-            |args| program.run(args),
-        );
-        let outs = result.map_err(|source| RunError::Exec {
-            program: program.name().to_string(),
-            source: Box::new(source),
-        })?;
-        after_launch(self)?;
-        Ok(outs)
+        self.run_placed(&compiled.exe, with_opt, middle, tail, after_launch)
     }
 }

@@ -81,7 +81,6 @@ mod placement;
 pub mod plot;
 mod programs;
 mod progress;
-#[cfg(feature = "cuda")]
 mod ptx_store;
 mod report;
 mod run_state;
@@ -105,7 +104,6 @@ pub use metric::{HostOutputs, Metric, MetricReads};
 pub use nitro_data::ShortBatch;
 pub use optim::Optimizer;
 pub use programs::{cache_stats, compile_warnings, total_compiles};
-#[cfg(feature = "cuda")]
 pub use ptx_store::{DiskPtxStore, PTX_KIND};
 pub use report::{config_table, set_config_report, RunValues};
 pub use run_state::Position;

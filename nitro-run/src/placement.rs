@@ -1,8 +1,14 @@
 //! Where a handle's programs run ([`Nitro::use_device`]) and where its
 //! params, state, optimizer slots and Device values live between calls.
 //!
-//! On the CPU the host arrays are the only copy. On a GPU (feature `cuda`)
-//! they are *resident*: uploaded once when the first program runs, updated
+//! Device-neutral: it is written against nitro-graph's [`Runtime`] (an
+//! opened device: residency, staged uploads), [`Executable`] (a program for
+//! one device, donation behind [`Executable::run_values`]) and [`Value`],
+//! whose CUDA side is a stub in a build without the `cuda` feature, so no
+//! line here depends on the feature.
+//!
+//! On the CPU the host arrays are the only copy. On a GPU they are
+//! *resident*: uploaded once when the first program runs, updated
 //! in place by the train step (buffer donation) and never copied back per
 //! step. Each call uploads only its batch fields, through the device's
 //! staged path (pinned memory on the copy stream, so no upload waits for
@@ -30,23 +36,20 @@
 //! written on the host (`set_device`, a schedule) marks the resident Device
 //! values dirty and they are uploaded before the next call.
 
-use nitro_graph::{Array, Device};
+use nitro_device::DeviceError;
+use nitro_graph::{Array, Device, Executable, GraphError, Runtime, Value};
 
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
 
-#[cfg(feature = "cuda")]
-use nitro_device::cuda::{CudaBuffer, CudaDevice, PendingUpload};
-
-/// A step's batch inputs: host arrays, or (GPU) arrays whose upload is
-/// already queued on the copy stream.
+/// A step's batch inputs: host arrays, or values already on their way to
+/// the device (staged by [`Nitro::prepare_batch`]).
 pub(crate) enum BatchInputs {
-    /// On the host; a GPU call uploads them when it runs.
+    /// On the host; a GPU call stages them when it runs.
     Host(Vec<Array>),
-    /// Queued by [`Nitro::prepare_batch`], with the shapes they were sent as.
-    #[cfg(feature = "cuda")]
-    Staged(Vec<(nitro_graph::TensorSpec, PendingUpload)>),
+    /// Staged on the handle's runtime (queued uploads on a GPU).
+    Staged(Vec<Value>),
 }
 
 /// The fix named by every error about running on a GPU.
@@ -54,31 +57,18 @@ const CPU_FIX: &str = "run on the CPU with `--device cpu` (`Device::Cpu`)";
 
 /// The handle's execution device and, on a GPU, its resident values.
 pub(crate) struct Placement {
-    device: Device,
+    runtime: Runtime,
     /// Whether the host params/state/opt are older than the resident ones.
     host_stale: bool,
-    #[cfg(feature = "cuda")]
-    gpu: Option<CudaDevice>,
-    #[cfg(feature = "cuda")]
     resident: Option<Resident>,
 }
 
-/// A per-call input on its way to the GPU.
-#[cfg(feature = "cuda")]
-enum Incoming {
-    /// Copied on the main stream.
-    Now(CudaBuffer),
-    /// Queued on the copy stream; the main stream waits for it.
-    Queued(PendingUpload),
-}
-
 /// Device copies of the handle's arrays, in the host vectors' order.
-#[cfg(feature = "cuda")]
 struct Resident {
-    params: Vec<CudaBuffer>,
-    state: Vec<CudaBuffer>,
-    opt: Vec<CudaBuffer>,
-    device: Vec<CudaBuffer>,
+    params: Vec<Value>,
+    state: Vec<Value>,
+    opt: Vec<Value>,
+    device: Vec<Value>,
     /// A Device value changed on the host since `device` was uploaded.
     device_dirty: bool,
 }
@@ -87,18 +77,15 @@ impl Placement {
     /// Programs run on the CPU; the host arrays are the only copy.
     pub(crate) fn cpu() -> Placement {
         Placement {
-            device: Device::Cpu,
+            runtime: Runtime::Cpu,
             host_stale: false,
-            #[cfg(feature = "cuda")]
-            gpu: None,
-            #[cfg(feature = "cuda")]
             resident: None,
         }
     }
 
     /// The device programs run on.
     pub(crate) fn device(&self) -> Device {
-        self.device
+        self.runtime.device()
     }
 
     /// Whether the host params/state/opt hold the latest values.
@@ -110,7 +97,7 @@ impl Placement {
 /// Runs `run` on one argument list made of the handle's value groups
 /// (params, state, optimizer slots when present, Device values) followed by
 /// `extra`, moving the values in and back out without copies: host arrays
-/// for a CPU program, resident buffers for a GPU one.
+/// for a CPU program, resident values for a GPU one.
 pub(crate) fn lend_values<T, R>(
     mut groups: [Option<&mut Vec<T>>; 4],
     extra: impl IntoIterator<Item = T>,
@@ -141,6 +128,18 @@ pub(crate) fn device_error(device: Device, reason: String) -> RunError {
     }
 }
 
+/// A device layer error, with the rebuild fix when CUDA is not compiled in.
+fn open_error(device: Device, e: DeviceError) -> RunError {
+    match e {
+        DeviceError::BuiltWithoutCuda(_) => RunError::Device {
+            device,
+            reason: "nitro was built without CUDA".into(),
+            fix: "rebuild with `--features cuda`, or run on the CPU with `--device cpu`",
+        },
+        e => device_error(device, e.to_string()),
+    }
+}
+
 impl<E: Experiment> Nitro<E> {
     /// Runs this handle's programs on `device` from now on: `Device::Cpu`,
     /// or `Device::Cuda(n)` (feature `cuda`, a driver and a GPU `n`). The
@@ -149,40 +148,26 @@ impl<E: Experiment> Nitro<E> {
     /// host and frees the GPU copies. Programs compile on first use per
     /// device (the device is part of every compile key).
     pub fn use_device(&mut self, device: Device) -> Result<()> {
-        if device == self.placement.device {
+        if device == self.placement.device() {
             return Ok(());
         }
         self.sync_host()?;
-        match device {
-            Device::Cpu => {
-                self.placement = Placement::cpu();
-                Ok(())
-            }
-            #[cfg(not(feature = "cuda"))]
-            Device::Cuda(_) => Err(RunError::Device {
-                device,
-                reason: "nitro was built without CUDA".into(),
-                fix: "rebuild with `--features cuda`, or run on the CPU with `--device cpu`",
-            }),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(n) => {
-                let gpu = CudaDevice::open(n).map_err(|e| device_error(device, e.to_string()))?;
-                crate::ptx_store::install_global();
-                tracing::info!(target: "nitro::setup", device = %device, gpu = gpu.name(), "programs run on the GPU");
-                self.placement = Placement {
-                    device,
-                    host_stale: false,
-                    gpu: Some(gpu),
-                    resident: None,
-                };
-                Ok(())
-            }
+        let runtime = Runtime::open(device).map_err(|e| open_error(device, e))?;
+        if device != Device::Cpu {
+            crate::ptx_store::install_global();
+            tracing::info!(target: "nitro::setup", device = %device, gpu = runtime.name(), "programs run on the GPU");
         }
+        self.placement = Placement {
+            runtime,
+            host_stale: false,
+            resident: None,
+        };
+        Ok(())
     }
 
     /// The device this handle's programs run on.
     pub fn execution_device(&self) -> Device {
-        self.placement.device
+        self.placement.device()
     }
 
     /// The sync point: copies the resident params, state and optimizer
@@ -191,34 +176,28 @@ impl<E: Experiment> Nitro<E> {
         if !self.placement.host_stale {
             return Ok(());
         }
-        #[cfg(feature = "cuda")]
-        {
-            let device = self.placement.device;
-            let resident = self
-                .placement
-                .resident
-                .as_ref()
-                .expect("stale host values imply resident ones");
-            let download = |bufs: &[CudaBuffer], like: &[nitro_graph::Array]| {
-                bufs.iter()
-                    .zip(like)
-                    .map(|(b, a)| {
-                        let data = b
-                            .download()
-                            .map_err(|e| device_error(device, e.to_string()))?;
-                        nitro_graph::Array::new(a.shape(), data).map_err(|e| {
-                            device_error(device, format!("a downloaded value does not fit: {e}"))
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()
-            };
-            let params = download(&resident.params, &self.params)?;
-            let state = download(&resident.state, &self.state)?;
-            let opt = download(&resident.opt, &self.opt)?;
-            self.params = params;
-            self.state = state;
-            self.opt = opt;
-        }
+        let device = self.placement.device();
+        let resident = self
+            .placement
+            .resident
+            .as_ref()
+            .expect("stale host values imply resident ones");
+        let download = |values: &[Value], like: &[Array]| {
+            values
+                .iter()
+                .zip(like)
+                .map(|(v, a)| {
+                    v.to_host(a.shape())
+                        .map_err(|e| device_error(device, e.to_string()))
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let params = download(&resident.params, &self.params)?;
+        let state = download(&resident.state, &self.state)?;
+        let opt = download(&resident.opt, &self.opt)?;
+        self.params = params;
+        self.state = state;
+        self.opt = opt;
         self.placement.host_stale = false;
         Ok(())
     }
@@ -227,77 +206,103 @@ impl<E: Experiment> Nitro<E> {
     /// are the truth now, and the resident copies are dropped.
     pub(crate) fn host_replaced(&mut self) {
         self.placement.host_stale = false;
-        #[cfg(feature = "cuda")]
-        {
-            self.placement.resident = None;
-        }
+        self.placement.resident = None;
     }
 
     /// The batch inputs of a coming step. On a GPU their upload is queued
     /// now, on the copy stream, so it overlaps whatever the device is
     /// running; on the CPU they stay on the host.
     pub(crate) fn prepare_batch(&self, arrays: Vec<Array>) -> Result<BatchInputs> {
-        #[cfg(feature = "cuda")]
-        if let Some(gpu) = &self.placement.gpu {
-            let device = self.placement.device;
-            return arrays
-                .into_iter()
-                .map(|a| {
-                    let pending = gpu
-                        .upload_staged(a.data())
-                        .map_err(|e| device_error(device, e.to_string()))?;
-                    Ok((a.spec().clone(), pending))
-                })
-                .collect::<Result<Vec<_>>>()
-                .map(BatchInputs::Staged);
+        let runtime = &self.placement.runtime;
+        if runtime.device() == Device::Cpu {
+            return Ok(BatchInputs::Host(arrays));
         }
-        Ok(BatchInputs::Host(arrays))
+        arrays
+            .into_iter()
+            .map(|a| runtime.stage(a))
+            .collect::<nitro_graph::Result<Vec<_>>>()
+            .map(BatchInputs::Staged)
+            .map_err(|e| device_error(runtime.device(), e.to_string()))
     }
 
     /// A Device value changed on the host: upload it before the next call.
     pub(crate) fn device_values_changed(&mut self) {
-        #[cfg(feature = "cuda")]
         if let Some(r) = self.placement.resident.as_mut() {
             r.device_dirty = true;
         }
     }
 
-    /// Runs a CUDA program on the resident values plus the per-call inputs
-    /// (`middle` scalars uploaded now through the staged path, then the
-    /// batch `tail`, uploaded now or already queued), as `run_program` does
-    /// on the CPU; `after_launch` runs once the program is queued, before
-    /// the returned outputs are downloaded.
-    #[cfg(feature = "cuda")]
-    pub(crate) fn run_resident(
+    /// Runs `exe` on the handle's values (params, state, optimizer slots
+    /// when `with_opt`, Device values), then `middle` (scalars) and the batch
+    /// `tail`. A CPU program borrows the host arrays (moved in and back, no
+    /// copies); any other runs on the resident copies (see the module docs).
+    /// `after_launch` runs once the program is queued, before the returned
+    /// outputs are read back.
+    pub(crate) fn run_placed(
         &mut self,
-        program: &nitro_graph::backend::cuda::CudaProgram,
+        exe: &Executable,
         with_opt: bool,
         middle: Vec<Array>,
         tail: BatchInputs,
         after_launch: impl FnOnce(&Self) -> Result<()>,
     ) -> Result<Vec<Array>> {
-        use nitro_graph::GraphError;
-        let device = self.placement.device;
-        let cpu = program.cpu();
         let exec = |source: GraphError| RunError::Exec {
-            program: cpu.name().to_string(),
+            program: exe.name().to_string(),
             source: Box::new(source),
         };
-        let dev_err = |e: nitro_device::DeviceError| device_error(device, e.to_string());
-        let gpu = self
-            .placement
-            .gpu
-            .clone()
-            .ok_or_else(|| device_error(device, "the GPU was not opened".into()))?;
+        if exe.device() != Device::Cpu {
+            return self.run_resident(exe, with_opt, middle, tail, after_launch);
+        }
+        let BatchInputs::Host(tail) = tail else {
+            return Err(device_error(
+                Device::Cpu,
+                "a batch staged for a GPU reached a CPU program".into(),
+            ));
+        };
+        let result = lend_values(
+            [
+                Some(&mut self.params),
+                Some(&mut self.state),
+                with_opt.then_some(&mut self.opt),
+                Some(&mut self.device),
+            ],
+            middle.into_iter().chain(tail),
+            |args| exe.run(args),
+        );
+        let outs = result.map_err(exec)?;
+        after_launch(self)?;
+        Ok(outs)
+    }
+
+    /// [`Nitro::run_placed`] for a device program: the handle's values are
+    /// made resident on first use (and Device values re-uploaded when they
+    /// changed); scalars are copied now on the main stream (idle here: the
+    /// last call read its outputs back, so they take no pinned slot) and
+    /// batch fields staged, unless `prepare_batch` queued them ahead.
+    fn run_resident(
+        &mut self,
+        exe: &Executable,
+        with_opt: bool,
+        middle: Vec<Array>,
+        tail: BatchInputs,
+        after_launch: impl FnOnce(&Self) -> Result<()>,
+    ) -> Result<Vec<Array>> {
+        let device = self.placement.device();
+        let exec = |source: GraphError| RunError::Exec {
+            program: exe.name().to_string(),
+            source: Box::new(source),
+        };
+        let dev_err = |e: GraphError| device_error(device, e.to_string());
+        let runtime = self.placement.runtime.clone();
+        let upload = |arrays: &[Array]| {
+            arrays
+                .iter()
+                .map(|a| runtime.resident(a))
+                .collect::<nitro_graph::Result<Vec<_>>>()
+        };
         if self.placement.resident.is_none() {
             // Host values are the truth whenever nothing is resident.
             debug_assert!(!self.placement.host_stale);
-            let upload = |arrays: &[Array]| {
-                arrays
-                    .iter()
-                    .map(|a| gpu.upload(a.data()))
-                    .collect::<std::result::Result<Vec<_>, _>>()
-            };
             self.placement.resident = Some(Resident {
                 params: upload(&self.params).map_err(dev_err)?,
                 state: upload(&self.state).map_err(dev_err)?,
@@ -312,64 +317,19 @@ impl<E: Experiment> Nitro<E> {
             .as_mut()
             .expect("made resident above");
         if resident.device_dirty {
-            for (buf, a) in resident.device.iter_mut().zip(&self.device) {
-                let fresh = gpu.upload(a.data()).map_err(dev_err)?;
-                *buf = fresh;
-            }
+            resident.device = upload(&self.device).map_err(dev_err)?;
             resident.device_dirty = false;
         }
-        // The per-call inputs, checked against the program's signature and
-        // queued on the copy stream before any resident buffer moves.
-        let graph = cpu.graph();
-        let first = resident.params.len()
-            + resident.state.len()
-            + if with_opt { resident.opt.len() } else { 0 }
-            + resident.device.len();
-        // Scalars (hyperparameters) are copied on the main stream, which is
-        // idle here (the last call read its outputs back), so they take no
-        // pinned slot; batch fields go through the staged path, or were
-        // queued ahead by `prepare_batch`.
-        let mut incoming: Vec<(nitro_graph::TensorSpec, Incoming)> = middle
-            .iter()
-            .map(|a| Ok((a.spec().clone(), Incoming::Now(gpu.upload(a.data())?))))
-            .collect::<std::result::Result<_, nitro_device::DeviceError>>()
-            .map_err(dev_err)?;
+        let mut incoming = upload(&middle).map_err(dev_err)?;
         match tail {
             BatchInputs::Host(arrays) => {
-                for a in &arrays {
-                    let queued = gpu.upload_staged(a.data()).map_err(dev_err)?;
-                    incoming.push((a.spec().clone(), Incoming::Queued(queued)));
+                for a in arrays {
+                    incoming.push(runtime.stage(a).map_err(dev_err)?);
                 }
             }
-            BatchInputs::Staged(staged) => incoming.extend(
-                staged
-                    .into_iter()
-                    .map(|(spec, queued)| (spec, Incoming::Queued(queued))),
-            ),
+            BatchInputs::Staged(staged) => incoming.extend(staged),
         }
-        if graph.inputs.len() != first + incoming.len() {
-            return Err(exec(GraphError::Backend(format!(
-                "the program takes {} inputs; the handle has {}",
-                graph.inputs.len(),
-                first + incoming.len()
-            ))));
-        }
-        for (decl, (spec, _)) in graph.inputs[first..].iter().zip(&incoming) {
-            if &decl.spec != spec {
-                return Err(exec(GraphError::Backend(format!(
-                    "input `{}` is {:?}{:?}; the program takes {:?}{:?}",
-                    decl.name, spec.dtype, spec.shape, decl.spec.dtype, decl.spec.shape
-                ))));
-            }
-        }
-        let uploaded = incoming
-            .into_iter()
-            .map(|(_, i)| match i {
-                Incoming::Now(buffer) => Ok(buffer),
-                Incoming::Queued(queued) => queued.ready(),
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(dev_err)?;
+        // The signature is checked before any resident value moves.
         let result = lend_values(
             [
                 Some(&mut resident.params),
@@ -377,8 +337,8 @@ impl<E: Experiment> Nitro<E> {
                 with_opt.then_some(&mut resident.opt),
                 Some(&mut resident.device),
             ],
-            uploaded,
-            |args| program.run_device(args),
+            incoming,
+            |args| exe.run_values(args),
         );
         if with_opt {
             // The step updated params, state and slots in place (even when
@@ -388,16 +348,15 @@ impl<E: Experiment> Nitro<E> {
         let outs = result.map_err(exec)?;
         // The step is queued, not finished: work done here overlaps it.
         after_launch(self)?;
-        cpu.returned_names()
+        let desc = exe.desc();
+        desc.returned_names()
             .iter()
             .zip(outs)
-            .map(|(name, buf)| {
-                let index = graph
-                    .output_index(name)
+            .map(|(name, value)| {
+                let spec = desc
+                    .output_spec(name)
                     .expect("returned names are graph outputs");
-                let spec = &graph.nodes[graph.outputs[index].1].spec;
-                let data = buf.download().map_err(dev_err)?;
-                Array::new(&spec.shape, data).map_err(exec)
+                value.to_host(&spec.shape).map_err(exec)
             })
             .collect()
     }

@@ -18,7 +18,7 @@ use std::sync::{Arc, LazyLock};
 use nitro_cache::{CompileCache, KeyBuilder, Outcome};
 
 use nitro_graph::exec::signature::{input_name, Role, Signature};
-use nitro_graph::{compile_graph, CompileOptions, Device, Graph, Program};
+use nitro_graph::{CompileOptions, Device, Graph};
 
 use crate::convert::signature as signature_text;
 use crate::error::{Result, RunError};
@@ -32,26 +32,9 @@ use crate::trace::{trace_body, trace_graph, Returned};
 /// collide and a miss between them is explained as a device change.
 pub(crate) static PROGRAMS: LazyLock<CompileCache<Executable>> = LazyLock::new(CompileCache::new);
 
-/// A compiled program for one device.
-#[derive(Clone)]
-pub(crate) enum Executable {
-    /// Runs on the host.
-    Cpu(Arc<Program>),
-    /// Runs on a GPU (it also holds the CPU compile of the same graph).
-    #[cfg(feature = "cuda")]
-    Cuda(Arc<nitro_graph::backend::cuda::CudaProgram>),
-}
-
-impl Executable {
-    /// The CPU program: graph, signature and names (the same on every device).
-    pub fn program(&self) -> &Program {
-        match self {
-            Executable::Cpu(p) => p,
-            #[cfg(feature = "cuda")]
-            Executable::Cuda(p) => p.cpu(),
-        }
-    }
-}
+/// A compiled program for one device: nitro-graph's device-neutral
+/// executable (CPU program or CUDA program, one API).
+pub(crate) use nitro_graph::Executable;
 
 /// Compile counters of one program kind (`train_step`, `eval_step`,
 /// `predict`, `trainstep`) in the process-wide cache.
@@ -105,9 +88,9 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    /// The CPU view of the program (graph, names, signature).
-    pub fn program(&self) -> &Program {
-        self.exe.program()
+    /// The program (graph, names, signature), whatever its device.
+    pub fn program(&self) -> &Executable {
+        &self.exe
     }
 
     /// The position of `r` among the returned values.
@@ -118,7 +101,7 @@ impl Compiled {
 
 /// The typed outputs of `program`, matched once by name to what the trace
 /// returned.
-pub(crate) fn typed_outputs(program: &Program, traced: &[Returned]) -> Result<Arc<[Returned]>> {
+pub(crate) fn typed_outputs(program: &Executable, traced: &[Returned]) -> Result<Arc<[Returned]>> {
     let by_name: HashMap<String, &Returned> = traced.iter().map(|r| (r.name(), r)).collect();
     program
         .returned_names()
@@ -215,7 +198,7 @@ impl Programs {
         if let Some(why) = announce(kind.name(), outcome, print) {
             self.log.push(why);
         }
-        let returned = typed_outputs(exe.program(), &traced)?;
+        let returned = typed_outputs(&exe, &traced)?;
         let compiled = Compiled {
             exe,
             sig: Arc::new(sig),
@@ -272,20 +255,5 @@ fn build(graph: Graph, options: CompileOptions, kind: &Kind, device: Device) -> 
         program: kind.name(),
         source: Box::new(source),
     };
-    match device {
-        Device::Cpu => compile_graph(graph, options)
-            .map(|p| Executable::Cpu(Arc::new(p)))
-            .map_err(compile_error),
-        #[cfg(feature = "cuda")]
-        Device::Cuda(_) => {
-            nitro_graph::backend::cuda::CudaProgram::compile_graph(graph, options, device)
-                .map(|p| Executable::Cuda(Arc::new(p)))
-                .map_err(compile_error)
-        }
-        #[cfg(not(feature = "cuda"))]
-        Device::Cuda(_) => Err(crate::placement::device_error(
-            device,
-            "nitro was built without CUDA".into(),
-        )),
-    }
+    Executable::compile_graph(graph, options, device).map_err(compile_error)
 }

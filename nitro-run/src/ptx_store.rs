@@ -1,4 +1,4 @@
-//! The persistent tier of nitro-device's PTX cache (feature `cuda`):
+//! The persistent tier of nitro-device's PTX cache (installed when a GPU is opened):
 //! [`DiskPtxStore`] implements nitro-device's `PtxStore` over nitro-cache's
 //! [`DiskStore`], so a kernel compiled by NVRTC in one process is loaded
 //! from disk by the next. nitro-run wires the two because neither leaf

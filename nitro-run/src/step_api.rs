@@ -523,7 +523,7 @@ where
         compile_cpu(graph, kind, optimizer, sig)
     })?;
     announce(kind, outcome, false);
-    let returned = typed_outputs(exe.program(), &traced)?;
+    let returned = typed_outputs(&exe, &traced)?;
     Ok((
         Compiled {
             exe,

@@ -28,9 +28,10 @@ mod nvrtc;
 mod pool;
 mod staging;
 
+pub use crate::ptx_cache::{PtxCache, PtxStats, PtxStore};
 pub use blas::{ColumnMajorCall, GemmShape, GemmTypes};
 pub use buffer::CudaBuffer;
-pub use nvrtc::{compile_ptx, nvrtc_version, CudaKernel, KernelArg, PtxCache, PtxStats, PtxStore};
+pub use nvrtc::{compile_ptx, nvrtc_version, CudaKernel, KernelArg};
 pub use pool::PoolStats;
 pub use staging::{
     choose_slot, slot_capacity, PendingUpload, SlotChoice, SlotState, StagingStats,

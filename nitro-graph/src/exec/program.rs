@@ -1,5 +1,10 @@
-//! [`Program`]: a graph taken through the passes, fusion and the memory plan,
-//! lowered to a backend, and callable with concrete arrays.
+//! [`ProgramDesc`]: a graph taken once through the passes, fusion and the
+//! memory plan, with its signature, returned names and donations: the
+//! device-neutral description every backend's program is built from and
+//! exposes. [`Program`] is that description lowered to the CPU backend and
+//! callable with concrete arrays (the CUDA program, `backend::cuda`, lowers
+//! the same description to generated kernels; [`super::Executable`] is
+//! either).
 
 use super::Array;
 use crate::backend::cpu::CpuExecutable;
@@ -62,83 +67,201 @@ pub struct ProgramStats {
     pub compile_ms: f64,
 }
 
-/// A compiled, callable program.
-pub struct Program {
+/// A graph optimised, scheduled and planned once, and everything a caller
+/// needs to lay out arguments and read results, whatever the backend.
+#[derive(Clone, Debug)]
+pub struct ProgramDesc {
     name: String,
     graph: Graph,
+    schedule: Schedule,
     plan: MemoryPlan,
-    exe: CpuExecutable,
     stats: ProgramStats,
     returned: Vec<String>,
+    donated: Vec<(String, String)>,
+}
+
+/// A compiled, callable program.
+pub struct Program {
+    desc: ProgramDesc,
+    exe: CpuExecutable,
 }
 
 impl std::fmt::Debug for Program {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Program({}, {} kernels)", self.name, self.stats.kernels)
+        write!(
+            f,
+            "Program({}, {} kernels)",
+            self.desc.name, self.desc.stats.kernels
+        )
+    }
+}
+
+impl ProgramDesc {
+    /// Check the donations, run the passes, schedule and plan `graph`: the
+    /// part of compiling every backend shares, done once.
+    pub fn lower(mut graph: Graph, options: CompileOptions) -> Result<ProgramDesc> {
+        let start = Instant::now();
+        let mut donate = Vec::new();
+        for (input, output) in &options.donate {
+            let known =
+                |names: Vec<&String>| names.into_iter().cloned().collect::<Vec<_>>().join(", ");
+            let i = graph
+                .input_index(input)
+                .ok_or_else(|| GraphError::Unknown {
+                    kind: "donated input",
+                    name: input.clone(),
+                    known: known(graph.inputs.iter().map(|i| &i.name).collect()),
+                })?;
+            let o = graph
+                .output_index(output)
+                .ok_or_else(|| GraphError::Unknown {
+                    kind: "donation target output",
+                    name: output.clone(),
+                    known: known(graph.outputs.iter().map(|(n, _)| n).collect()),
+                })?;
+            let (ispec, ospec) = (&graph.inputs[i].spec, graph.spec(graph.outputs[o].1));
+            if ispec != ospec {
+                return Err(GraphError::Signature {
+                    program: options.name.clone(),
+                    input: format!("{input} (donated to `{output}`)"),
+                    expected: ispec.clone(),
+                    given: ospec.clone(),
+                });
+            }
+            donate.push((i, o));
+        }
+        optimize(&mut graph, &options.passes);
+        let sched: Schedule = schedule(&graph);
+        let memory = plan(&graph, &sched, &donate);
+        let returned = memory
+            .returned_outputs(&graph)
+            .into_iter()
+            .map(|o| graph.outputs[o].0.clone())
+            .collect();
+        let stats = ProgramStats {
+            nodes: graph.nodes.len(),
+            kernels: sched.kernels.len(),
+            fused_kernels: sched
+                .kernels
+                .iter()
+                .filter(|k| matches!(k, Kernel::Fused(_)))
+                .count(),
+            peak_bytes: memory.peak_bytes,
+            unshared_bytes: memory.unshared_bytes,
+            in_place: memory.in_place.len(),
+            compile_ms: start.elapsed().as_secs_f64() * 1e3,
+        };
+        Ok(ProgramDesc {
+            name: options.name,
+            graph,
+            schedule: sched,
+            plan: memory,
+            stats,
+            returned,
+            donated: options.donate,
+        })
+    }
+
+    /// The program's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The optimised graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// The kernel schedule of the optimised graph.
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// The memory plan every backend binds buffers by.
+    pub fn plan(&self) -> &MemoryPlan {
+        &self.plan
+    }
+
+    /// Input names and signatures, in call order.
+    pub fn inputs(&self) -> Vec<(String, TensorSpec)> {
+        self.graph
+            .inputs
+            .iter()
+            .map(|i| (i.name.clone(), i.spec.clone()))
+            .collect()
+    }
+
+    /// Names of the outputs a call returns, in order (donated outputs are
+    /// written into their inputs instead).
+    pub fn returned_names(&self) -> &[String] {
+        &self.returned
+    }
+
+    /// The (input, output) donations it was compiled with.
+    pub fn donations(&self) -> &[(String, String)] {
+        &self.donated
+    }
+
+    /// Figures: kernels, peak bytes, compile time.
+    pub fn stats(&self) -> &ProgramStats {
+        &self.stats
+    }
+
+    /// Check arity and every input's dtype and shape.
+    pub fn check_signature(&self, inputs: &[Array]) -> Result<()> {
+        self.check_specs(inputs.iter().map(|a| a.spec()))
+    }
+
+    /// [`ProgramDesc::check_signature`] over the inputs' specs alone.
+    pub fn check_specs<'a>(
+        &self,
+        given: impl ExactSizeIterator<Item = &'a TensorSpec>,
+    ) -> Result<()> {
+        if given.len() != self.graph.inputs.len() {
+            return Err(GraphError::Arity {
+                program: self.name.clone(),
+                expected: self.graph.inputs.len(),
+                got: given.len(),
+                names: self
+                    .graph
+                    .inputs
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+        for (decl, given) in self.graph.inputs.iter().zip(given) {
+            if &decl.spec != given {
+                return Err(GraphError::Signature {
+                    program: self.name.clone(),
+                    input: decl.name.clone(),
+                    expected: decl.spec.clone(),
+                    given: given.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Spec of output `name`, if the graph has it.
+    pub fn output_spec(&self, name: &str) -> Option<&TensorSpec> {
+        let o = self.graph.output_index(name)?;
+        Some(&self.graph.nodes[self.graph.outputs[o].1].spec)
+    }
+
+    pub(crate) fn add_compile_ms(&mut self, ms: f64) {
+        self.stats.compile_ms += ms;
     }
 }
 
 /// Compile an already traced graph.
-pub fn compile_graph(mut graph: Graph, options: CompileOptions) -> Result<Program> {
+pub fn compile_graph(graph: Graph, options: CompileOptions) -> Result<Program> {
+    let mut desc = ProgramDesc::lower(graph, options)?;
     let start = Instant::now();
-    let mut donate = Vec::new();
-    for (input, output) in &options.donate {
-        let known = |names: Vec<&String>| names.into_iter().cloned().collect::<Vec<_>>().join(", ");
-        let i = graph
-            .input_index(input)
-            .ok_or_else(|| GraphError::Unknown {
-                kind: "donated input",
-                name: input.clone(),
-                known: known(graph.inputs.iter().map(|i| &i.name).collect()),
-            })?;
-        let o = graph
-            .output_index(output)
-            .ok_or_else(|| GraphError::Unknown {
-                kind: "donation target output",
-                name: output.clone(),
-                known: known(graph.outputs.iter().map(|(n, _)| n).collect()),
-            })?;
-        let (ispec, ospec) = (&graph.inputs[i].spec, graph.spec(graph.outputs[o].1));
-        if ispec != ospec {
-            return Err(GraphError::Signature {
-                program: options.name.clone(),
-                input: format!("{input} (donated to `{output}`)"),
-                expected: ispec.clone(),
-                given: ospec.clone(),
-            });
-        }
-        donate.push((i, o));
-    }
-    optimize(&mut graph, &options.passes);
-    let sched: Schedule = schedule(&graph);
-    let memory = plan(&graph, &sched, &donate);
-    let exe = CpuExecutable::new(&graph, &sched);
-    let returned = memory
-        .returned_outputs(&graph)
-        .into_iter()
-        .map(|o| graph.outputs[o].0.clone())
-        .collect();
-    let stats = ProgramStats {
-        nodes: graph.nodes.len(),
-        kernels: sched.kernels.len(),
-        fused_kernels: sched
-            .kernels
-            .iter()
-            .filter(|k| matches!(k, Kernel::Fused(_)))
-            .count(),
-        peak_bytes: memory.peak_bytes,
-        unshared_bytes: memory.unshared_bytes,
-        in_place: memory.in_place.len(),
-        compile_ms: start.elapsed().as_secs_f64() * 1e3,
-    };
-    Ok(Program {
-        name: options.name,
-        graph,
-        plan: memory,
-        exe,
-        stats,
-        returned,
-    })
+    let exe = CpuExecutable::new(&desc.graph, &desc.schedule);
+    desc.add_compile_ms(start.elapsed().as_secs_f64() * 1e3);
+    Ok(Program { desc, exe })
 }
 
 /// Trace `f` over named input signatures and compile it with `options`.
@@ -167,17 +290,16 @@ impl Program {
     /// the order of [`Program::returned_names`].
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
         self.check_signature(inputs)?;
+        let d = &self.desc;
         // A large program runs on a rayon worker, so the thread stepping
         // through its kernels is one of the pool's threads rather than a
         // third one competing with the spinning workers (measured here: the
         // MLP step 6.3-8.6 ms -> 5.9 ms, stable). A tiny one runs inline:
         // waking a worker costs ~15 us, more than the whole call.
-        if self.stats.unshared_bytes >= INLINE_BELOW_BYTES {
-            Ok(rayon::scope(|_| {
-                self.exe.run(&self.graph, &self.plan, inputs)
-            }))
+        if d.stats.unshared_bytes >= INLINE_BELOW_BYTES {
+            Ok(rayon::scope(|_| self.exe.run(&d.graph, &d.plan, inputs)))
         } else {
-            Ok(self.exe.run(&self.graph, &self.plan, inputs))
+            Ok(self.exe.run(&d.graph, &d.plan, inputs))
         }
     }
 
@@ -185,92 +307,70 @@ impl Program {
     /// its description, slowest first (a poor man's profiler).
     pub fn profile(&self, inputs: &mut [Array]) -> Result<Vec<(f64, String)>> {
         self.check_signature(inputs)?;
+        let d = &self.desc;
         let mut times = Vec::new();
         self.exe
-            .run_timed(&self.graph, &self.plan, inputs, Some(&mut times));
-        let mut rows: Vec<(f64, String)> = times
-            .into_iter()
-            .zip(self.exe.describe(&self.graph))
-            .collect();
+            .run_timed(&d.graph, &d.plan, inputs, Some(&mut times));
+        let mut rows: Vec<(f64, String)> =
+            times.into_iter().zip(self.exe.describe(&d.graph)).collect();
         rows.sort_by(|a, b| b.0.total_cmp(&a.0));
         Ok(rows)
     }
 
+    /// The device-neutral description: graph, schedule, plan, signature,
+    /// returned names and donations.
+    pub fn desc(&self) -> &ProgramDesc {
+        &self.desc
+    }
+
     /// Check arity and every input's dtype and shape.
     pub fn check_signature(&self, inputs: &[Array]) -> Result<()> {
-        if inputs.len() != self.graph.inputs.len() {
-            return Err(GraphError::Arity {
-                program: self.name.clone(),
-                expected: self.graph.inputs.len(),
-                got: inputs.len(),
-                names: self
-                    .graph
-                    .inputs
-                    .iter()
-                    .map(|i| i.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-        for (decl, given) in self.graph.inputs.iter().zip(inputs) {
-            if &decl.spec != given.spec() {
-                return Err(GraphError::Signature {
-                    program: self.name.clone(),
-                    input: decl.name.clone(),
-                    expected: decl.spec.clone(),
-                    given: given.spec().clone(),
-                });
-            }
-        }
-        Ok(())
+        self.desc.check_signature(inputs)
     }
 
     /// The program's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.desc.name()
     }
 
     /// The optimised graph.
     pub fn graph(&self) -> &Graph {
-        &self.graph
+        self.desc.graph()
     }
 
     /// Input names and signatures, in call order.
     pub fn inputs(&self) -> Vec<(String, TensorSpec)> {
-        self.graph
-            .inputs
-            .iter()
-            .map(|i| (i.name.clone(), i.spec.clone()))
-            .collect()
+        self.desc.inputs()
     }
 
     /// Names of the outputs `run` returns, in order.
     pub fn returned_names(&self) -> &[String] {
-        &self.returned
+        self.desc.returned_names()
     }
 
     /// Figures: kernels, peak bytes, compile time.
     pub fn stats(&self) -> &ProgramStats {
-        &self.stats
+        self.desc.stats()
     }
 
     /// Kernels per call.
     pub fn kernel_count(&self) -> usize {
-        self.stats.kernels
+        self.desc.stats.kernels
     }
 
     /// Planned peak bytes of intermediates.
     pub fn peak_bytes(&self) -> usize {
-        self.stats.peak_bytes
+        self.desc.stats.peak_bytes
     }
 
     /// Text listing: the optimised IR, then one line per kernel.
     pub fn listing(&self) -> String {
+        let d = &self.desc;
         let mut s = format!(
             "program {} ({:?})\n{}\nkernels:\n",
-            self.name, self.stats, self.graph
+            d.name, d.stats, d.graph
         );
-        for (i, line) in self.exe.describe(&self.graph).iter().enumerate() {
+        for (i, line) in self.exe.describe(&d.graph).iter().enumerate() {
             s += &format!("  k{i}: {line}\n");
         }
         s

@@ -146,7 +146,7 @@ impl HostEmulation {
             let log = String::from_utf8_lossy(&out.stderr);
             return Err(GraphError::Backend(format!(
                 "generated CUDA of `{}` does not compile ({}):\n{}",
-                program.cpu().name(),
+                program.desc().name(),
                 cpp.display(),
                 &log[..log.len().min(6000)]
             )));
@@ -183,9 +183,9 @@ impl HostEmulation {
     /// back into their inputs, the rest returned in
     /// [`Program::returned_names`](crate::Program::returned_names) order.
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
-        let cpu = self.program.cpu();
-        cpu.check_signature(inputs)?;
-        let (graph, plan) = (cpu.graph(), self.program.plan());
+        let desc = self.program.desc();
+        desc.check_signature(inputs)?;
+        let (graph, plan) = (desc.graph(), desc.plan());
         let mut args: Vec<Memory> = inputs.iter().map(|a| Memory::of(a.data())).collect();
         let mut slots: Vec<Memory> = plan
             .slots

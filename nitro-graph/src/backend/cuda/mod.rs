@@ -2,10 +2,11 @@
 //! CPU runs, lowered to CUDA C ([`codegen`]), compiled with NVRTC for the
 //! device's own architecture and run on its stream ([`executable`]).
 //!
-//! [`CudaProgram`] is the entry point. It compiles the graph through the
-//! ordinary pipeline (so it has exactly the CPU [`Program`]'s graph,
-//! schedule and memory plan), then generates one CUDA kernel per fused group
-//! and per data-movement or reduction kernel; matrix products go to cuBLAS.
+//! [`CudaProgram`] is the entry point. It lowers the graph once through the
+//! shared pipeline ([`ProgramDesc::lower`]: passes, schedule, memory plan,
+//! the same description a CPU [`crate::Program`] is built from; no CPU
+//! program is built), then generates one CUDA kernel per fused group and per
+//! data-movement or reduction kernel; matrix products go to cuBLAS.
 //! [`CudaProgram::generate`] stops before touching a device, so the
 //! generated source can be printed and tested on any machine;
 //! [`CudaProgram::compile_graph`] also compiles and loads it, and is where a
@@ -33,10 +34,8 @@ pub use codegen::{CudaSource, Step};
 pub use executable::CudaExecutable;
 
 use crate::error::{GraphError, Result};
-use crate::exec::{compile_graph as compile_cpu, Array, CompileOptions, Program};
-use crate::fusion::{schedule, Schedule};
+use crate::exec::{Array, CompileOptions, ProgramDesc};
 use crate::ir::{Graph, TensorSpec};
-use crate::plan::{plan, MemoryPlan};
 use crate::trace::{trace, Tensor, Tracer};
 use nitro_device::cuda::{CudaBuffer, CudaDevice};
 use nitro_device::{Device, DeviceError};
@@ -48,9 +47,7 @@ fn backend(e: DeviceError) -> GraphError {
 /// A program lowered to CUDA: its generated source, and (when compiled for
 /// a device) the loaded kernels.
 pub struct CudaProgram {
-    program: Program,
-    schedule: Schedule,
-    plan: MemoryPlan,
+    desc: ProgramDesc,
     source: CudaSource,
     exe: Option<CudaExecutable>,
 }
@@ -60,7 +57,7 @@ impl std::fmt::Debug for CudaProgram {
         write!(
             f,
             "CudaProgram({}, {} kernels, {})",
-            self.program.name(),
+            self.desc.name(),
             self.source.kernels.len(),
             if self.exe.is_some() {
                 "loaded"
@@ -74,24 +71,10 @@ impl std::fmt::Debug for CudaProgram {
 impl CudaProgram {
     /// Compile `graph` and generate its CUDA source, without a device.
     pub fn generate(graph: Graph, options: CompileOptions) -> Result<CudaProgram> {
-        let donate_names = options.donate.clone();
-        let program = compile_cpu(graph, options)?;
-        let graph = program.graph();
-        let donate: Vec<(usize, usize)> = donate_names
-            .iter()
-            .map(|(i, o)| {
-                let i = graph.input_index(i).expect("checked by compile");
-                let o = graph.output_index(o).expect("checked by compile");
-                (i, o)
-            })
-            .collect();
-        let schedule = schedule(graph);
-        let plan = plan(graph, &schedule, &donate);
-        let source = codegen::generate(graph, &schedule);
+        let desc = ProgramDesc::lower(graph, options)?;
+        let source = codegen::generate(desc.graph(), desc.schedule());
         Ok(CudaProgram {
-            program,
-            schedule,
-            plan,
+            desc,
             source,
             exe: None,
         })
@@ -138,30 +121,26 @@ impl CudaProgram {
         &self.source
     }
 
-    /// The same program compiled for the CPU (graph, signature, names).
-    pub fn cpu(&self) -> &Program {
-        &self.program
+    /// The device-neutral description (graph, schedule, memory plan,
+    /// signature, returned names, donations) the kernels were generated from.
+    pub fn desc(&self) -> &ProgramDesc {
+        &self.desc
     }
 
-    /// The schedule the kernels were generated from.
-    pub fn schedule(&self) -> &Schedule {
-        &self.schedule
-    }
-
-    /// The memory plan the launches bind buffers by.
-    pub fn plan(&self) -> &MemoryPlan {
-        &self.plan
+    /// The device it was loaded on (`None` for generated source only).
+    pub fn device(&self) -> Option<&CudaDevice> {
+        self.exe.as_ref().map(|e| e.device())
     }
 
     /// Text listing: one line per device step, then the CUDA source.
     pub fn listing(&self) -> String {
         let mut s = format!(
             "cuda program {} ({} steps, {} kernels)\n",
-            self.program.name(),
+            self.desc.name(),
             self.source.steps.len(),
             self.source.kernels.len()
         );
-        let graph = self.program.graph();
+        let graph = self.desc.graph();
         for (i, step) in self.source.steps.iter().enumerate() {
             s += &match step {
                 Step::Launch { kernel, grid, .. } => format!("  s{i}: launch {kernel} {grid:?}\n"),
@@ -180,19 +159,19 @@ impl CudaProgram {
         self.exe.as_ref().ok_or_else(|| {
             GraphError::Backend(format!(
                 "program `{}` was generated without a device; compile it with CudaProgram::compile_graph",
-                self.program.name()
+                self.desc.name()
             ))
         })
     }
 
     /// Run with device-resident inputs: donated outputs replace their
     /// inputs' contents, the others come back (in
-    /// [`Program::returned_names`] order) as new device buffers.
+    /// [`ProgramDesc::returned_names`] order) as new device buffers.
     pub fn run_device(&self, inputs: &mut [CudaBuffer]) -> Result<Vec<CudaBuffer>> {
-        let graph = self.program.graph();
+        let graph = self.desc.graph();
         if inputs.len() != graph.inputs.len() {
             return Err(GraphError::Arity {
-                program: self.program.name().to_string(),
+                program: self.desc.name().to_string(),
                 expected: graph.inputs.len(),
                 got: inputs.len(),
                 names: graph
@@ -204,14 +183,14 @@ impl CudaProgram {
             });
         }
         self.exe()?
-            .run(graph, &self.plan, &self.source.steps, inputs)
+            .run(graph, self.desc.plan(), &self.source.steps, inputs)
             .map_err(backend)
     }
 
     /// Upload `inputs`, run, and copy results back: donated outputs into
-    /// their inputs, the rest returned, exactly as [`Program::run`].
+    /// their inputs, the rest returned, exactly as [`crate::Program::run`].
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
-        self.program.check_signature(inputs)?;
+        self.desc.check_signature(inputs)?;
         let exe = self.exe()?;
         let dev = exe.device();
         let mut bufs = inputs
@@ -220,12 +199,11 @@ impl CudaProgram {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(backend)?;
         let outs = self.run_device(&mut bufs)?;
-        for &(input, _) in self.plan.donations() {
+        let (graph, plan) = (self.desc.graph(), self.desc.plan());
+        for &(input, _) in plan.donations() {
             *inputs[input].data_mut() = bufs[input].download().map_err(backend)?;
         }
-        let graph = self.program.graph();
-        self.plan
-            .returned_outputs(graph)
+        plan.returned_outputs(graph)
             .into_iter()
             .map(|o| &graph.outputs[o])
             .zip(outs)
