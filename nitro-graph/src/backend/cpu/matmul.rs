@@ -1,12 +1,54 @@
-//! Matrix products through the `gemm` crate (pure Rust, runtime-dispatched
-//! AVX2/FMA microkernels, rayon-parallel). Transposed operands are passed as
-//! strides, never copied.
+//! Matrix products through the `gemm` crate (pure Rust, rayon-parallel).
+//! Transposed operands are passed as strides, never copied.
+//!
+//! The microkernels are chosen at run time by CPU detection (the `x86-v4`
+//! feature of `gemm` adds the AVX-512 ones next to AVX2+FMA), so one binary
+//! runs at the width of whatever machine it lands on; nothing here depends
+//! on `target-cpu`. [`simd_level`] names what was detected.
+//!
+//! Threading: one product splits over the rayon pool once it has at least
+//! [`PARALLEL_MIN_FLOPS`] multiply-adds; below that waking the workers
+//! costs more than it saves, so it runs inline on the calling thread. A
+//! batch of products each too small to split runs its batch entries in
+//! parallel instead, one inline product per task.
 
 use super::raw::Raw;
 use nitro_device::{DType, HostBuffer};
+use rayon::prelude::*;
 
-/// Below this many multiply-adds the threading overhead outweighs the gain.
+/// Below this many multiply-adds one product runs on the calling thread:
+/// waking a worker (~10-20 us) costs more than half the product saves
+/// (at 2^18 it takes ~5 us at 100 GFLOPS on one core).
 const PARALLEL_MIN_FLOPS: usize = 1 << 18;
+
+/// The SIMD level the gemm kernels dispatch to on this CPU: `"avx512"`
+/// (the x86-v4 set gemm needs: F, BW, CD, DQ, VL), `"avx2"` (AVX2 + FMA),
+/// or the architecture's baseline.
+pub fn simd_level() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let v4 = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512cd")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl");
+        if v4 {
+            return "avx512";
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return "avx2";
+        }
+        "sse2"
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "neon"
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar"
+    }
+}
 
 /// `out[b] = op(a[b]) @ op(b[b])` for every batch index; shapes as in the IR.
 /// f16/bf16 operands (mixed precision) are widened to f32 first, exactly,
@@ -42,29 +84,39 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     } else {
         (bc as isize, 1)
     };
-    let par = if m * n * k >= PARALLEL_MIN_FLOPS {
+    let flops = m * n * k;
+    let whole = flops >= PARALLEL_MIN_FLOPS;
+    // Small products of a large batch: parallel over the batch instead.
+    let over_batch = !whole && batch > 1 && flops * batch >= PARALLEL_MIN_FLOPS;
+    let par = if whole {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None
     };
     macro_rules! run {
         ($t:ty, $zero:expr, $one:expr) => {{
-            for bi in 0..batch {
+            let one = |bi: usize| {
                 // SAFETY: the pointers address batch `bi` of buffers of the
-                // shapes above; `out` does not overlap `a` or `b`.
+                // shapes above; `out` does not overlap `a` or `b`, and
+                // distinct batch entries write disjoint ranges of `out`.
                 unsafe {
                     let ap = a.ptr::<$t>().add(bi * ar * ac);
                     let bp = b.ptr::<$t>().add(bi * br * bc);
                     let op = out.ptr::<$t>().add(bi * m * n);
                     if k == 0 {
                         std::slice::from_raw_parts_mut(op, m * n).fill($zero);
-                        continue;
+                        return;
                     }
                     gemm::gemm(
                         m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero,
                         $one, false, false, false, par,
                     );
                 }
+            };
+            if over_batch {
+                (0..batch).into_par_iter().for_each(one);
+            } else {
+                (0..batch).for_each(one);
             }
         }};
     }

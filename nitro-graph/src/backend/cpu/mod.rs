@@ -13,6 +13,7 @@ mod raw;
 mod reduce;
 
 pub use fused::{uniform, FusedKernel};
+pub use matmul::simd_level;
 
 use crate::exec::Array;
 use crate::fusion::{strides_of, Kernel, Schedule};
