@@ -239,6 +239,9 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
         }
         Op::Take => vec![Some(g.scatter_add(&args[1], x.shape()[0])), None],
         Op::ScatterAdd { .. } => vec![Some(g.take(&args[1])), None],
+        // The two patch primitives are each other's adjoint (both linear).
+        Op::Im2Col { window } => vec![Some(g.col2im(x.shape(), *window))],
+        Op::Col2Im { window, .. } => vec![Some(g.im2col(*window))],
         Op::MatMul { ta, tb } => {
             let (a, b) = (x, &args[1]);
             // Mixed precision (f16/bf16 operands, f32 product): the backward

@@ -20,7 +20,7 @@ mod mlp_shared;
 
 use nitro_graph::backend::cuda::emulate::{self, HostEmulation};
 use nitro_graph::backend::cuda::CudaProgram;
-use nitro_graph::ir::{BinaryOp, CmpOp, UnaryOp};
+use nitro_graph::ir::{BinaryOp, CmpOp, UnaryOp, Window};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::Chain;
 use nitro_graph::nn::train::AdamStepGraph;
@@ -588,6 +588,22 @@ conformance! {
                 Array::new(&[], common::values(1, case + 2)).unwrap(),
             ];
             conform(&format!("{t}[{case}] {script:?}"), d, build, args, 1, 1e-12);
+        }
+    };
+    patches_im2col_col2im => |t, d| {
+        // Strides, padding, a non-square window; col2im sums overlaps in
+        // the same order on every backend, so f64 agrees to the bit.
+        let ops: [Body; 6] = [
+            |_, x| x[0].im2col(Window { kernel: [3, 3], stride: 1, padding: 0 }),
+            |_, x| x[0].im2col(Window { kernel: [2, 3], stride: 2, padding: 1 }),
+            |_, x| x[0].im2col(Window { kernel: [3, 2], stride: 1, padding: 2 }).col2im(&[2, 3, 7, 6], Window { kernel: [3, 2], stride: 1, padding: 2 }),
+            |_, x| x[0].im2col(Window { kernel: [3, 3], stride: 2, padding: 1 }).exp().col2im(&[2, 3, 7, 6], Window { kernel: [3, 3], stride: 2, padding: 1 }),
+            |_, x| nitro_graph::nn::conv::max_pool2d(&x[0], 3, 2),
+            |tr, x| tr.grad(&nitro_graph::nn::conv::max_pool2d(&x[0], 3, 1).tanh().sum_all(), &[&x[0]]).unwrap()[0].clone(),
+        ];
+        for (i, op) in ops.into_iter().enumerate() {
+            op_case(&format!("{t}[{i}]"), d, DType::F32, &[&[2, 3, 7, 6]], op, 1e-6);
+            op_case(&format!("{t}[{i}] f64"), d, DType::F64, &[&[2, 3, 7, 6]], op, 1e-13);
         }
     };
     cnn_train_step_lenet5 => |t, d| {

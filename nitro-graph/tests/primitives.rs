@@ -6,6 +6,7 @@
 mod common;
 
 use common::{assert_close, check_grad, run, values};
+use nitro_graph::ir::Window;
 use nitro_graph::{DType, Tensor};
 use proptest::prelude::*;
 
@@ -239,6 +240,64 @@ proptest! {
             t[0].scatter_add(&i, rows)
         });
     }
+}
+
+proptest! {
+    #![proptest_config(cfg())]
+
+    /// im2col against loops written here; col2im as its adjoint
+    /// (`<im2col(x), y> == <x, col2im(y)>` for every x, y) and by finite
+    /// differences; both over strides, padding and non-square windows.
+    #[test]
+    fn im2col_and_col2im(n in 1usize..3, c in 1usize..3, h in 1usize..6, w in 1usize..6,
+                         kh in 1usize..4, kw in 1usize..4, stride in 1usize..3, pad in 0usize..3,
+                         seed in 0u64..1000) {
+        let window = Window { kernel: [kh, kw], stride, padding: pad };
+        prop_assume!(window.output(h, w).is_some());
+        let (oh, ow) = window.output(h, w).unwrap();
+        let image = vec![n, c, h, w];
+        let x = values(n * c * h * w, seed);
+        let got = run(&[image.clone()], &[x.clone()], |_, t| t[0].im2col(window)).to_f64_vec();
+        let cols = n * oh * ow;
+        let mut want = vec![0.0; c * kh * kw * cols];
+        for (ci, i, j, b, y, xo) in itertools6(c, kh, kw, n, oh, ow) {
+            let (iy, ix) = ((y * stride + i) as isize - pad as isize, (xo * stride + j) as isize - pad as isize);
+            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                want[((ci * kh + i) * kw + j) * cols + (b * oh + y) * ow + xo] =
+                    x[((b * c + ci) * h + iy as usize) * w + ix as usize];
+            }
+        }
+        assert_close(&got, &want, 0.0);
+        let shape = vec![c * kh * kw, cols];
+        let y = values(shape.iter().product(), seed + 7);
+        let back = run(&[shape.clone()], &[y.clone()], |_, t| t[0].col2im(&[n, c, h, w], window)).to_f64_vec();
+        let lhs: f64 = got.iter().zip(&y).map(|(a, b)| a * b).sum();
+        let rhs: f64 = x.iter().zip(&back).map(|(a, b)| a * b).sum();
+        prop_assert!((lhs - rhs).abs() <= 1e-12 * (1.0 + lhs.abs()), "{lhs} vs {rhs}");
+        check_grad(&[image], seed, |_, t| t[0].im2col(window));
+        check_grad(&[shape], seed, |_, t| t[0].col2im(&[n, c, h, w], window));
+    }
+}
+
+/// Every index of a 6-deep loop nest, outermost first.
+fn itertools6(
+    a: usize,
+    b: usize,
+    c: usize,
+    d: usize,
+    e: usize,
+    f: usize,
+) -> impl Iterator<Item = (usize, usize, usize, usize, usize, usize)> {
+    (0..a * b * c * d * e * f).map(move |t| {
+        (
+            t / (b * c * d * e * f),
+            (t / (c * d * e * f)) % b,
+            (t / (d * e * f)) % c,
+            (t / (e * f)) % d,
+            (t / f) % e,
+            t % f,
+        )
+    })
 }
 
 #[test]

@@ -7,8 +7,10 @@
 
 mod ops;
 mod print;
+mod window;
 
 pub use ops::{infer, BinaryOp, CmpOp, Op, UnaryOp};
+pub use window::Window;
 
 use nitro_device::DType;
 use serde::{Deserialize, Serialize};

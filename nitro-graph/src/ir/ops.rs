@@ -7,7 +7,7 @@
 //! these in `nn`. Elementwise primitives take operands of *equal* shape: the
 //! tracer inserts explicit [`Op::Broadcast`] nodes, so no kernel guesses.
 
-use super::TensorSpec;
+use super::{TensorSpec, Window};
 use crate::error::{GraphError, Result};
 use nitro_device::DType;
 use serde::{Deserialize, Serialize};
@@ -185,6 +185,23 @@ pub enum Op {
         /// Rows of the output table.
         rows: usize,
     },
+    /// Patch matrix of NCHW images (im2col): `x [n, c, h, w]` to
+    /// `[c*kh*kw, n*oh*ow]`, row `(c, i, j)` and column `(n, y, x)` holding
+    /// `x[n, c, y*stride + i - pad, x*stride + j - pad]` (zero outside).
+    /// A convolution is then one matmul with the kernel as `[o, c*kh*kw]`.
+    Im2Col {
+        /// The window and its placement.
+        window: Window,
+    },
+    /// The adjoint of [`Op::Im2Col`] (col2im): a patch matrix
+    /// `[c*kh*kw, n*oh*ow]` summed back into images of shape `image`,
+    /// every overlapping window adding its value.
+    Col2Im {
+        /// The images' shape `[n, c, h, w]`.
+        image: Vec<usize>,
+        /// The window and its placement.
+        window: Window,
+    },
     /// Batched matrix product `op(a) @ op(b)`, `op` transposing the last two
     /// axes where flagged; batch axes must be equal.
     MatMul {
@@ -219,6 +236,8 @@ impl Op {
             Op::Concat { .. } => "concat".into(),
             Op::Take => "take".into(),
             Op::ScatterAdd { .. } => "scatter_add".into(),
+            Op::Im2Col { .. } => "im2col".into(),
+            Op::Col2Im { .. } => "col2im".into(),
             Op::MatMul { .. } => "matmul".into(),
         }
     }
@@ -297,6 +316,17 @@ fn computable(op: &str, d: DType) -> Result<()> {
     Ok(())
 }
 
+fn float_only(op: &str, d: DType) -> Result<()> {
+    if !matches!(d, DType::F32 | DType::F64) {
+        return Err(GraphError::dtype(
+            op,
+            format!("needs f32 or f64, got {d}"),
+            "cast to f32 first with `.cast(DType::F32)`",
+        ));
+    }
+    Ok(())
+}
+
 fn arity(op: &Op, args: &[&TensorSpec], n: usize) -> Result<()> {
     if args.len() != n {
         return Err(GraphError::shape(
@@ -325,7 +355,9 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         | Op::Permute { .. }
         | Op::Broadcast { .. }
         | Op::Slice { .. }
-        | Op::Pad { .. } => 1,
+        | Op::Pad { .. }
+        | Op::Im2Col { .. }
+        | Op::Col2Im { .. } => 1,
         Op::Binary(_) | Op::Compare(_) | Op::Take | Op::ScatterAdd { .. } | Op::MatMul { .. } => 2,
         Op::Select => 3,
         Op::Concat { .. } => args.len().max(1),
@@ -608,6 +640,32 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             let mut shape = upd.shape.clone();
             shape[0] = *rows;
             Ok(TensorSpec::new(upd.dtype, &shape))
+        }
+        Op::Im2Col { window } => {
+            let a = args[0];
+            float_only(&name, a.dtype)?;
+            let shape = window.patches_shape(&a.shape).ok_or_else(|| {
+                GraphError::shape(
+                    &name,
+                    format!("{window:?} does not fit images [n, c, h, w]"),
+                    &[&a.shape],
+                    "pass a rank-4 NCHW tensor, a stride >= 1 and a window no larger than the padded image",
+                )
+            })?;
+            Ok(TensorSpec::new(a.dtype, &shape))
+        }
+        Op::Col2Im { image, window } => {
+            let a = args[0];
+            float_only(&name, a.dtype)?;
+            if window.patches_shape(image).as_ref() != Some(&a.shape) {
+                return Err(GraphError::shape(
+                    &name,
+                    format!("is not the patch matrix of images {image:?} under {window:?}"),
+                    &[&a.shape],
+                    "pass the [c*kh*kw, n*oh*ow] matrix `im2col` makes of those images",
+                ));
+            }
+            Ok(TensorSpec::new(a.dtype, image))
         }
         Op::MatMul { ta, tb } => {
             let (a, b) = (args[0], args[1]);

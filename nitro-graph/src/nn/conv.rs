@@ -1,12 +1,20 @@
 //! Convolution and pooling over NCHW tensors.
 //!
-//! conv2d lowers to im2col: the padded input is cut into `kh*kw` strided
-//! windows (slices), stacked into a patch matrix and multiplied by the
-//! reshaped kernel in one matmul, so the heavy lifting is gemm and autodiff
-//! needs no convolution rule of its own. The layout (`kernel @ patches`,
-//! pixels innermost) keeps every permute a copy of contiguous rows.
+//! conv2d lowers to the im2col primitive: the input is packed once into a
+//! patch matrix (padding never materialised) and multiplied by the reshaped
+//! kernel in one matmul, so the heavy lifting is gemm; the backward pass is
+//! two matmuls and one col2im (the primitive's VJP). The layout
+//! (`kernel @ patches`, pixels innermost) keeps every permute a copy of
+//! contiguous rows.
+//!
+//! Pooling with non-overlapping windows that tile the image is a reshape and
+//! one reduction; any other window packs the patches of every channel with
+//! the same primitive and reduces over the window axis. Either way the
+//! max-pool VJP is the reduction's (the gradient goes to the maxima, ties
+//! sharing it evenly).
 
 use crate::error::GraphError;
+use crate::ir::Window;
 use crate::trace::Tensor;
 
 /// 2-D convolution: `x [n, c, h, w]`, `weight [o, c, kh, kw]`, optional
@@ -30,45 +38,25 @@ pub fn conv2d(
     }
     let (n, c, h, w) = (x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3]);
     let (o, kh, kw) = (weight.shape()[0], weight.shape()[2], weight.shape()[3]);
-    if h + 2 * padding < kh || w + 2 * padding < kw {
+    let window = Window {
+        kernel: [kh, kw],
+        stride,
+        padding,
+    };
+    let Some((oh, ow)) = window.output(h, w) else {
         tr.fail(GraphError::shape(
             "conv2d",
-            "kernel larger than the padded input",
+            "kernel empty or larger than the padded input",
             &[x.shape(), weight.shape()],
             "",
         ));
         return x.clone();
-    }
-    let oh = (h + 2 * padding - kh) / stride + 1;
-    let ow = (w + 2 * padding - kw) / stride + 1;
-    let xp = if padding > 0 {
-        x.pad(&[0, 0, padding, padding], &[0, 0, padding, padding], 0.0)
-    } else {
-        x.clone()
-    };
-    let mut windows = Vec::with_capacity(kh * kw);
-    for i in 0..kh {
-        for j in 0..kw {
-            let win = xp.slice(
-                &[0, 0, i, j],
-                &[n, c, i + (oh - 1) * stride + 1, j + (ow - 1) * stride + 1],
-                &[1, 1, stride, stride],
-            );
-            windows.push(win.reshape(&[n, c, 1, oh, ow]));
-        }
-    }
-    // [n, c, kh*kw, oh, ow] = per sample a [c*kh*kw, oh*ow] patch matrix.
-    let Ok(stacked) = Tensor::concat(&windows, 2) else {
-        return x.clone();
     };
     let (ckk, pixels) = (c * kh * kw, oh * ow);
-    // Put the samples side by side: [c*kh*kw, n*oh*ow]. The permute moves
-    // whole rows of oh*ow pixels, so it runs at memcpy speed, and so does
-    // the one that restores NCHW after the single large matmul.
-    let patches = stacked
-        .reshape(&[n, ckk, pixels])
-        .permute(&[1, 0, 2])
-        .reshape(&[ckk, n * pixels]);
+    // [c*kh*kw, n*oh*ow]: every sample's patches side by side, so the whole
+    // batch is one matmul; the permute that restores NCHW moves whole rows
+    // of oh*ow pixels (memcpy speed).
+    let patches = x.im2col(window);
     let kernel = weight.reshape(&[o, ckk]);
     let out = kernel
         .matmul(&patches)
@@ -102,28 +90,22 @@ fn pool(x: &Tensor, k: usize, stride: usize, max: bool) -> Tensor {
             r.sum(&[3, 5]) / (k * k) as f64
         };
     }
-    let (oh, ow) = ((h - k) / stride + 1, (w - k) / stride + 1);
-    let mut acc: Option<Tensor> = None;
-    for i in 0..k {
-        for j in 0..k {
-            let win = x.slice(
-                &[0, 0, i, j],
-                &[n, c, i + (oh - 1) * stride + 1, j + (ow - 1) * stride + 1],
-                &[1, 1, stride, stride],
-            );
-            acc = Some(match acc {
-                None => win,
-                Some(a) if max => a.maximum(&win),
-                Some(a) => a + win,
-            });
-        }
-    }
-    let acc = acc.expect("k >= 1");
-    if max {
-        acc
+    let window = Window {
+        kernel: [k, k],
+        stride,
+        padding: 0,
+    };
+    let Some((oh, ow)) = window.output(h, w) else {
+        unreachable!("1 <= k <= h, w was checked above");
+    };
+    // Every channel as its own one-channel image: rows are window offsets.
+    let patches = x.reshape(&[n * c, 1, h, w]).im2col(window);
+    let pooled = if max {
+        patches.max(&[0])
     } else {
-        acc / (k * k) as f64
-    }
+        patches.sum(&[0]) / (k * k) as f64
+    };
+    pooled.reshape(&[n, c, oh, ow])
 }
 
 /// Max pooling with a `k x k` window.

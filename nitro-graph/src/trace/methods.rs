@@ -3,7 +3,7 @@
 
 use super::Tensor;
 use crate::error::GraphError;
-use crate::ir::{BinaryOp, CmpOp, Op, UnaryOp};
+use crate::ir::{BinaryOp, CmpOp, Op, UnaryOp, Window};
 use nitro_device::DType;
 
 /// The common shape of two operands: equal shapes, a rank-0 scalar against
@@ -324,6 +324,23 @@ impl Tensor {
     pub fn scatter_add(&self, idx: &Tensor, rows: usize) -> Tensor {
         self.tracer
             .record(Op::ScatterAdd { rows }, &[self, idx], self.dtype())
+    }
+
+    /// The patch matrix `[c*kh*kw, n*oh*ow]` of NCHW images under `window`
+    /// (im2col; see [`Op::Im2Col`]).
+    pub fn im2col(&self, window: Window) -> Tensor {
+        self.tracer
+            .record(Op::Im2Col { window }, &[self], self.dtype())
+    }
+
+    /// Sum a patch matrix back into images of shape `image` (col2im, the
+    /// adjoint of [`Tensor::im2col`]).
+    pub fn col2im(&self, image: &[usize], window: Window) -> Tensor {
+        let op = Op::Col2Im {
+            image: image.to_vec(),
+            window,
+        };
+        self.tracer.record(op, &[self], self.dtype())
     }
 
     /// Matrix product over the last two axes (batch axes equal).

@@ -2,13 +2,15 @@
 //!
 //! Fused elementwise groups run as chunked register loops (`fused`),
 //! matmuls through the `gemm` crate (`matmul`), reductions and data
-//! movement through a few strided kernels (`reduce`, `movement`). The
+//! movement through a few strided kernels (`reduce`, `movement`), the
+//! convolution's patch matrices through `patches`. The
 //! workspace (every intermediate buffer of the memory plan) is allocated on
 //! the first call and reused by every later one.
 
 mod fused;
 mod matmul;
 mod movement;
+mod patches;
 mod raw;
 mod reduce;
 
@@ -236,6 +238,8 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
         }
         Op::Take => movement::take(arg(0), arg(1), out, arg_shape(0)[0]),
         Op::ScatterAdd { rows } => movement::scatter_add(arg(0), arg(1), out, *rows),
+        Op::Im2Col { window } => patches::im2col(arg(0), out, arg_shape(0), *window),
+        Op::Col2Im { image, window } => patches::col2im(arg(0), out, image, *window),
         other => unreachable!("{} is not a single kernel", other.name()),
     }
 }

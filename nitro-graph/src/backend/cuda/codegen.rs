@@ -785,6 +785,18 @@ fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
                 k,
             );
         }
+        Op::Im2Col { window } => {
+            let body = super::patches::im2col_body(arg_shape(0), *window);
+            let code = per_element(&name, &io, numel, &body);
+            out.add(name.clone(), code, Grid::PerElement(numel), io_args, k);
+        }
+        Op::Col2Im { image, window } => {
+            let ty = storage_type(d);
+            let params = vec![format!("const {ty}* src"), format!("{ty}* dst")];
+            let body = super::patches::col2im_body(image, *window, ty);
+            let code = per_element(&name, &params, numel, &body);
+            out.add(name.clone(), code, Grid::PerElement(numel), io_args, k);
+        }
         Op::ReduceSum { axes } | Op::ReduceMax { axes } => {
             let is_max = matches!(node.op, Op::ReduceMax { .. });
             let (code, grid) = reduce(&name, d, is_max, arg_shape(0), axes);

@@ -29,6 +29,7 @@
 pub mod codegen;
 pub mod emulate;
 pub mod executable;
+mod patches;
 
 pub use codegen::{CudaSource, Step};
 pub use executable::CudaExecutable;
