@@ -529,3 +529,23 @@ fn mixed_precision_matmul_accumulates_in_f32_and_differentiates() {
         }
     }
 }
+
+/// A small output over a long contraction (the shape of a weight gradient
+/// summed over a batch) takes the CPU's k-split path; against loops.
+#[test]
+fn long_contraction_matmul_matches_loops() {
+    let (m, k, n) = (3, 40_000, 5);
+    let (a, b) = (values(m * k, 1), values(k * n, 2));
+    for ta in [false, true] {
+        let a_shape = if ta { vec![k, m] } else { vec![m, k] };
+        let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] };
+        let got = run(&[a_shape, vec![k, n]], &[a.clone(), b.clone()], |_, t| {
+            t[0].matmul_t(&t[1], ta, false)
+        })
+        .to_f64_vec();
+        let want: Vec<f64> = (0..m * n)
+            .map(|e| (0..k).map(|p| at(e / n, p) * b[p * n + e % n]).sum())
+            .collect();
+        assert_close(&got, &want, 1e-12);
+    }
+}

@@ -10,7 +10,8 @@
 //! [`PARALLEL_MIN_FLOPS`] multiply-adds; below that waking the workers
 //! costs more than it saves, so it runs inline on the calling thread. A
 //! batch of products each too small to split runs its batch entries in
-//! parallel instead, one inline product per task.
+//! parallel instead, one inline product per task; a product with a small
+//! output and a long contraction splits the contraction.
 
 use super::raw::Raw;
 use nitro_device::{DType, HostBuffer};
@@ -20,6 +21,15 @@ use rayon::prelude::*;
 /// waking a worker (~10-20 us) costs more than half the product saves
 /// (at 2^18 it takes ~5 us at 100 GFLOPS on one core).
 const PARALLEL_MIN_FLOPS: usize = 1 << 18;
+
+/// A k-split product has at most this many outputs (each task holds a
+/// partial copy of the output; beyond this gemm's own blocking shares out
+/// the work well).
+const SPLIT_K_MAX_OUTPUT: usize = 128 * 128;
+
+/// Each part of a k-split product contracts at least this many terms, so a
+/// part amortises its packing.
+const SPLIT_K_MIN_DEPTH: usize = 512;
 
 /// The SIMD level the gemm kernels dispatch to on this CPU: `"avx512"`
 /// (the x86-v4 set gemm needs: F, BW, CD, DQ, VL), `"avx2"` (AVX2 + FMA),
@@ -88,13 +98,49 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     let whole = flops >= PARALLEL_MIN_FLOPS;
     // Small products of a large batch: parallel over the batch instead.
     let over_batch = !whole && batch > 1 && flops * batch >= PARALLEL_MIN_FLOPS;
-    let par = if whole {
+    // A small output with a long contraction (a weight gradient summed
+    // over a batch: [16, 150] from k = 8192) leaves gemm, which splits the
+    // output into blocks, nothing to share out: split k instead, each task
+    // one inline partial product, summed in a fixed order afterwards.
+    let k_parts = if whole && batch == 1 && m * n <= SPLIT_K_MAX_OUTPUT {
+        rayon::current_num_threads().min(k / SPLIT_K_MIN_DEPTH)
+    } else {
+        1
+    };
+    let par = if whole && k_parts <= 1 {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None
     };
     macro_rules! run {
         ($t:ty, $zero:expr, $one:expr) => {{
+            if k_parts > 1 {
+                let part = k.div_ceil(k_parts);
+                let mut partial: Vec<$t> = vec![$zero; (k_parts - 1) * m * n];
+                let outs: Vec<Raw> = std::iter::once(out)
+                    .chain(partial.chunks_mut(m * n).map(|c| Raw::of_slice(c, out.dtype)))
+                    .collect();
+                outs.par_iter().enumerate().for_each(|(t, dst)| {
+                    let (p0, p1) = (t * part, ((t + 1) * part).min(k));
+                    // SAFETY: task `t` reads columns p0..p1 of op(a) and
+                    // rows p0..p1 of op(b), and writes its own buffer.
+                    unsafe {
+                        let ap = a.ptr::<$t>().offset(p0 as isize * a_cs);
+                        let bp = b.ptr::<$t>().offset(p0 as isize * b_rs);
+                        gemm::gemm(
+                            m, n, p1 - p0, dst.ptr::<$t>(), 1, n as isize, false, ap, a_cs, a_rs,
+                            bp, b_cs, b_rs, $zero, $one, false, false, false,
+                            gemm::Parallelism::None,
+                        );
+                    }
+                });
+                // SAFETY: every task has finished; `out` holds m*n elements.
+                let total = unsafe { std::slice::from_raw_parts_mut(out.ptr::<$t>(), m * n) };
+                for chunk in partial.chunks(m * n) {
+                    total.iter_mut().zip(chunk).for_each(|(o, p)| *o += p);
+                }
+                return;
+            }
             let one = |bi: usize| {
                 // SAFETY: the pointers address batch `bi` of buffers of the
                 // shapes above; `out` does not overlap `a` or `b`, and

@@ -41,6 +41,16 @@ impl Raw {
         }
     }
 
+    /// View of a scratch slice whose elements are of type `dtype`.
+    pub fn of_slice<T>(s: &mut [T], dtype: DType) -> Raw {
+        debug_assert_eq!(std::mem::size_of::<T>(), dtype.size_of());
+        Raw {
+            ptr: s.as_mut_ptr() as *mut u8,
+            dtype,
+            len: s.len(),
+        }
+    }
+
     /// The elements as `&[T]`.
     ///
     /// # Safety
