@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 /// A `kh x kw` window moved by `stride` over images zero-padded by
-/// `padding` on every side (the geometry of [`Op::Im2Col`] and [`Op::Col2Im`]).
+/// `padding` on every side (the geometry of [`super::Op::Im2Col`] and [`super::Op::Col2Im`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Window {
     /// Window height and width.
