@@ -118,7 +118,11 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                 let part = k.div_ceil(k_parts);
                 let mut partial: Vec<$t> = vec![$zero; (k_parts - 1) * m * n];
                 let outs: Vec<Raw> = std::iter::once(out)
-                    .chain(partial.chunks_mut(m * n).map(|c| Raw::of_slice(c, out.dtype)))
+                    .chain(
+                        partial
+                            .chunks_mut(m * n)
+                            .map(|c| Raw::of_slice(c, out.dtype)),
+                    )
                     .collect();
                 outs.par_iter().enumerate().for_each(|(t, dst)| {
                     let (p0, p1) = (t * part, ((t + 1) * part).min(k));
@@ -128,8 +132,24 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                         let ap = a.ptr::<$t>().offset(p0 as isize * a_cs);
                         let bp = b.ptr::<$t>().offset(p0 as isize * b_rs);
                         gemm::gemm(
-                            m, n, p1 - p0, dst.ptr::<$t>(), 1, n as isize, false, ap, a_cs, a_rs,
-                            bp, b_cs, b_rs, $zero, $one, false, false, false,
+                            m,
+                            n,
+                            p1 - p0,
+                            dst.ptr::<$t>(),
+                            1,
+                            n as isize,
+                            false,
+                            ap,
+                            a_cs,
+                            a_rs,
+                            bp,
+                            b_cs,
+                            b_rs,
+                            $zero,
+                            $one,
+                            false,
+                            false,
+                            false,
                             gemm::Parallelism::None,
                         );
                     }
