@@ -1,7 +1,8 @@
 //! nitro-graph benchmarks: one JSON object per line on stdout (see
 //! shared/BENCH.md); progress on stderr. Names on the command line select
 //! benches (`sgemm`, `mlp_train_step`, `mlp_compile`, `cnn_train_step`,
-//! `mlp_predict`); none runs all.
+//! `mlp_predict`, `cnn_predict`); none runs all. Every line says the SIMD
+//! level the gemm kernels dispatched to and the worker threads.
 
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Chain, Layer, Params};
@@ -9,6 +10,15 @@ use nitro_graph::nn::train::AdamStep;
 use nitro_graph::nn::zoo;
 use nitro_graph::{compile, Array, CompileOptions, TensorSpec};
 use std::time::Instant;
+
+/// `"simd":..,"threads":..` for every line: what this run really used.
+fn machine() -> String {
+    format!(
+        "\"simd\":\"{}\",\"threads\":{}",
+        nitro_graph::backend::cpu::simd_level(),
+        rayon::current_num_threads()
+    )
+}
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("finite timings"));
@@ -50,7 +60,8 @@ fn bench_sgemm() {
         }));
         let gflops = 2.0 * (n as f64).powi(3) / (ms * 1e-3) / 1e9;
         println!(
-            "{{\"bench\":\"sgemm\",\"n\":{n},\"gflops\":{gflops:.1},\"median_ms\":{ms:.3},\"runs\":{runs}}}"
+            "{{\"bench\":\"sgemm\",\"n\":{n},\"gflops\":{gflops:.1},\"median_ms\":{ms:.3},\"runs\":{runs},{}}}",
+            machine()
         );
     }
 }
@@ -77,8 +88,8 @@ fn bench_step(name: &str, model: Chain, x: &[usize], runs: usize) {
     }
     let s = step.program().stats();
     println!(
-        "{{\"bench\":\"{name}\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"fused_kernels\":{},\"peak_bytes\":{},\"unshared_bytes\":{},\"in_place\":{}}}",
-        x[0], s.kernels, s.fused_kernels, s.peak_bytes, s.unshared_bytes, s.in_place
+        "{{\"bench\":\"{name}\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"fused_kernels\":{},\"peak_bytes\":{},\"unshared_bytes\":{},\"in_place\":{},{}}}",
+        x[0], s.kernels, s.fused_kernels, s.peak_bytes, s.unshared_bytes, s.in_place, machine()
     );
 }
 
@@ -94,21 +105,21 @@ fn bench_compile() {
     }
     let (t, c) = (median(trace_ms), median(compile_ms));
     println!(
-        "{{\"bench\":\"mlp_compile\",\"trace_ms\":{t:.3},\"compile_ms\":{c:.3},\"total_ms\":{:.3},\"runs\":7,\"goal_ms\":20}}",
-        t + c
+        "{{\"bench\":\"mlp_compile\",\"trace_ms\":{t:.3},\"compile_ms\":{c:.3},\"total_ms\":{:.3},\"runs\":7,\"goal_ms\":20,{}}}",
+        t + c,
+        machine()
     );
 }
 
-fn bench_predict() {
-    let model = mlp();
+fn bench_predict(name: &str, model: Chain, x: &[usize], runs: usize) {
     let params = model.init_params(0);
     let names: Vec<String> = params.keys().cloned().collect();
     let mut specs: Vec<(&str, TensorSpec)> = names
         .iter()
         .map(|n| (n.as_str(), params[n].spec().clone()))
         .collect();
-    specs.push(("x", TensorSpec::f32(&[256, 784])));
-    let program = compile(&specs, CompileOptions::named("predict"), |_, t| {
+    specs.push(("x", TensorSpec::f32(x)));
+    let program = compile(&specs, CompileOptions::named(name), |_, t| {
         let p: Params<nitro_graph::Tensor> = names.iter().cloned().zip(t.iter().cloned()).collect();
         Ok(vec![(
             "logits".into(),
@@ -117,11 +128,16 @@ fn bench_predict() {
     })
     .expect("predict compiles");
     let mut args: Vec<Array> = names.iter().map(|n| params[n].clone()).collect();
-    args.push(random_array(&[256, 784], 5));
-    let ms = median(time_runs(5, 50, || {
+    args.push(random_array(x, 5));
+    let ms = median(time_runs(5, runs, || {
         program.run(&mut args).expect("runs");
     }));
-    println!("{{\"bench\":\"mlp_predict\",\"batch\":256,\"median_ms\":{ms:.3},\"runs\":50,\"kernels\":{}}}", program.kernel_count());
+    println!(
+        "{{\"bench\":\"{name}\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},{}}}",
+        x[0],
+        program.kernel_count(),
+        machine()
+    );
 }
 
 fn main() {
@@ -145,6 +161,10 @@ fn main() {
     }
     if run("mlp_predict") {
         eprintln!("bench: mlp_predict");
-        bench_predict();
+        bench_predict("mlp_predict", mlp(), &[256, 784], 50);
+    }
+    if run("cnn_predict") {
+        eprintln!("bench: cnn_predict");
+        bench_predict("cnn_predict", zoo::lenet5(), &[128, 1, 28, 28], 30);
     }
 }

@@ -1,12 +1,15 @@
-//! Project automation: `cargo xtask test | test-gpu | gpu-bundle | bench [NAME...] | ci`.
+//! Project automation: `cargo xtask test | test-gpu | gpu-bundle | bench [--peers PYTHON] [NAME...] | ci`.
 //!
 //! `test` runs the workspace tests (the README's test command calls it),
 //! `ci` runs what `.ci/run` runs (format, lints, docs, tests, the CUDA build),
 //! `bench` builds in release mode and prints one JSON object per line (see
-//! `shared/BENCH.md`), `test-gpu` runs the CUDA conformance suite and GPU
+//! `shared/BENCH.md`; with `--peers`, next to the peer frameworks' figures
+//! measured in the same sitting: see `bench.rs`), `test-gpu` runs the CUDA conformance suite and GPU
 //! benchmarks on a machine with a driver, and `gpu-bundle` builds the same
 //! checks here into `target/gpu-bundle` (binaries and `run.sh`) for a GPU
 //! machine that has no Rust toolchain.
+
+mod bench;
 
 use std::process::{Command, ExitCode};
 
@@ -19,11 +22,11 @@ fn main() -> ExitCode {
     let result = match task {
         "test" => test(),
         "ci" => ci(),
-        "bench" => bench(&rest),
+        "bench" => bench::bench(&rest),
         "test-gpu" => test_gpu(),
         "gpu-bundle" => gpu_bundle(),
         _ => {
-            eprintln!("usage: cargo xtask test | test-gpu | gpu-bundle | bench [NAME...] | ci");
+            eprintln!("usage: cargo xtask test | test-gpu | gpu-bundle | bench [--peers PYTHON] [--rounds N] [NAME...] | ci");
             return ExitCode::from(if task == "help" { 0 } else { 2 });
         }
     };
@@ -102,42 +105,6 @@ fn ci() -> Result<(), String> {
         ],
         &[],
     )
-}
-
-/// Every crate with benchmarks has an example `bench_<crate>` (e.g.
-/// `nitro-graph/examples/bench_graph.rs`) printing the JSON lines of its
-/// benches: all of them, or those named on its command line.
-const BENCH_PACKAGES: [&str; 5] = [
-    "nitro-graph",
-    "nitro-cache",
-    "nitro-data",
-    "nitro-ckpt",
-    "nitro-run",
-];
-
-fn bench(names: &[String]) -> Result<(), String> {
-    for package in BENCH_PACKAGES {
-        let example = format!("bench_{}", package.trim_start_matches("nitro-"));
-        if !std::path::Path::new(package)
-            .join(format!("examples/{example}.rs"))
-            .exists()
-        {
-            continue;
-        }
-        let mut args = vec![
-            "run",
-            "--release",
-            "--quiet",
-            "--package",
-            package,
-            "--example",
-            &example,
-            "--",
-        ];
-        args.extend(names.iter().map(String::as_str));
-        cargo(&args, &[])?;
-    }
-    Ok(())
 }
 
 /// Build the GPU bundle (see [`gpu_bundle`]) and run it here: the CUDA
