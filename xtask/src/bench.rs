@@ -394,3 +394,85 @@ fn annotate(l: &mut Map<String, Value>, machine: &[(&'static str, Value)]) {
         l.entry(*k).or_insert_with(|| v.clone());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(s: &str) -> Map<String, Value> {
+        match serde_json::from_str(s).unwrap() {
+            Value::Object(m) => m,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn rounds_merge_to_their_median_and_keep_every_round() {
+        let rounds = vec![
+            vec![line(
+                r#"{"bench":"cnn_predict","batch":128,"median_ms":5.0}"#,
+            )],
+            vec![line(
+                r#"{"bench":"cnn_predict","batch":128,"median_ms":9.0}"#,
+            )],
+            vec![line(
+                r#"{"bench":"cnn_predict","batch":128,"median_ms":4.0}"#,
+            )],
+        ];
+        let merged = merge(rounds);
+        assert_eq!(merged.len(), 1);
+        assert_eq!(number(&merged[0], "median_ms"), Some(5.0));
+        assert_eq!(merged[0]["rounds_ms"], serde_json::json!([5.0, 9.0, 4.0]));
+    }
+
+    #[test]
+    fn peers_give_their_medians_the_best_and_the_ratio() {
+        let peers: Vec<_> = [
+            r#"{"bench":"cnn","framework":"torch","mode":"eager","phase":"eval","median_ms":2.0,"others_busy":0.01}"#,
+            r#"{"bench":"cnn","framework":"torch","mode":"eager","phase":"eval","median_ms":4.0,"others_busy":0.2}"#,
+            r#"{"bench":"cnn","framework":"torch","mode":"compile","phase":"eval","median_ms":1.25}"#,
+            r#"{"bench":"cnn","framework":"jax","mode":"jit","phase":"eval","median_ms":3.0}"#,
+            r#"{"bench":"cnn","framework":"jax","mode":"jit","phase":"train","median_ms":0.1}"#,
+            r#"{"config":"as-is","record":"sgemm","n":1024,"gflops":200.0}"#,
+            r#"{"config":"unset","record":"sgemm","n":1024,"gflops":900.0}"#,
+        ]
+        .iter()
+        .map(|s| line(s))
+        .collect();
+        let mut l = line(r#"{"bench":"cnn_predict","batch":128,"median_ms":1.0}"#);
+        add_peers(&mut l, &peers);
+        // Median of [2, 4] is the upper middle, 4 (as the benches' own median).
+        assert_eq!(number(&l, "torch_eager_ms"), Some(4.0));
+        assert_eq!(number(&l, "torch_compile_ms"), Some(1.25));
+        assert_eq!(number(&l, "jax_ms"), Some(3.0));
+        assert_eq!(l["best_peer"], "torch_compile");
+        assert_eq!(number(&l, "ratio_vs_best_peer"), Some(0.8));
+        assert_eq!(number(&l, "peers_others_busy_max"), Some(0.2));
+        let mut g = line(r#"{"bench":"sgemm","n":1024,"gflops":100.0}"#);
+        add_peers(&mut g, &peers);
+        assert_eq!(number(&g, "openblas_gflops"), Some(200.0));
+        assert_eq!(number(&g, "ratio_vs_best_peer"), Some(2.0));
+        let mut other = line(r#"{"bench":"cache_hit","micros":3.0}"#);
+        add_peers(&mut other, &peers);
+        assert_eq!(other.len(), 2);
+    }
+
+    #[test]
+    fn lines_gain_the_machine_fields_they_lack() {
+        let mut l = line(r#"{"bench":"sgemm","simd":"avx512"}"#);
+        annotate(&mut l, &machine());
+        assert_eq!(l["simd"], "avx512");
+        assert!(l["cpu"].is_string() && l["threads"].as_u64().unwrap() >= 1);
+        assert!(["avx2", "avx512", "sse2"].contains(&simd()) || !cfg!(target_arch = "x86_64"));
+    }
+
+    #[test]
+    fn options_parse() {
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let o = parse(&a(&["--peers", "py", "cnn_predict"])).unwrap();
+        assert_eq!((o.rounds, o.names.len()), (3, 1));
+        assert_eq!(parse(&a(&["sgemm"])).unwrap().rounds, 1);
+        assert!(parse(&a(&["--rounds", "0"])).is_err());
+        assert!(parse(&a(&["--peers"])).is_err());
+    }
+}
