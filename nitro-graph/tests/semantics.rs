@@ -270,7 +270,7 @@ proptest! {
             if !d.is_float() && op.on_integers().is_none() {
                 continue;
             }
-            check(&format!("{op:?} {d}"), &[d], &[xs.clone()], &|t| apply_unary(op, &t[0]), &|a| a[0].unary(op))?;
+            check(&format!("{op:?} {d}"), &[d], std::slice::from_ref(&xs), &|t| apply_unary(op, &t[0]), &|a| a[0].unary(op))?;
         }
     }
 
@@ -296,7 +296,7 @@ proptest! {
         let all = [NUMERIC.as_slice(), &[DType::Bool]].concat();
         for &from in &all {
             for &to in &all {
-                check(&format!("cast {from} -> {to}"), &[from], &[xs.clone()], &|t| t[0].cast(to), &|s| Some(s[0].cast(to)))?;
+                check(&format!("cast {from} -> {to}"), &[from], std::slice::from_ref(&xs), &|t| t[0].cast(to), &|s| Some(s[0].cast(to)))?;
             }
         }
     }
