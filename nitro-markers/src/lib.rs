@@ -99,6 +99,6 @@ pub use markers::{AnyHost, Category, Device, GraphConst, Host};
 pub use presets::{split_override, unknown_field};
 pub use stripped::{HostFieldName, ReadInTrace, StrippedHost};
 pub use tree::{next_leaf, with_segment, LeafKind, Tree};
-pub use value::ConfigValue;
+pub use value::{ConfigValue, ABBREVIATE_ABOVE};
 
 pub use nitro_markers_derive::{marker_table, Experiment, Fields, Tree};
