@@ -70,7 +70,7 @@ fn gaps_overlaps_and_wrong_sizes_are_refused() {
     let header = |json: &str, data: usize| {
         let mut b = (json.len() as u64).to_le_bytes().to_vec();
         b.extend_from_slice(json.as_bytes());
-        b.extend(std::iter::repeat(0u8).take(data));
+        b.resize(b.len() + data, 0u8);
         b
     };
     let cases = [

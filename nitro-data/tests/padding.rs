@@ -94,8 +94,7 @@ proptest! {
     #[test]
     fn metrics_over_padded_eval_equal_unpadded(n in 1usize..200, width in 1usize..64, k in 2usize..6, seed: u64) {
         let d = Arc::new(data(n, k, seed));
-        let labels = d.as_fields().get("label").unwrap().as_slice::<i32>().unwrap().to_owned();
-        let labels: Vec<i32> = labels.iter().copied().collect();
+        let labels = d.as_fields().get("label").unwrap().as_slice::<i32>().unwrap().to_vec();
         let unpadded = metric(&forward(d.as_fields()), &labels);
         let mut total = (0, 0);
         for item in BatchIter::new(d.clone(), EpochOrder::sequential(n, width).unwrap(), &["x", "label"]).unwrap() {

@@ -25,21 +25,31 @@ fn field_error(field: &str, reason: String) -> RunError {
     }
 }
 
-/// `indices` rows of `all` (rows of `per` elements), each element through
-/// `f`; `indices` were checked against the row count.
-fn gather<T: Copy, U>(
+/// `indices` rows of `all` (rows of `per` elements) widened to i32;
+/// `indices` were checked against the row count.
+fn widen_rows<T: Copy>(
     all: &[T],
     indices: &[usize],
     per: usize,
-    mut f: impl FnMut(T) -> std::result::Result<U, T>,
-) -> std::result::Result<Vec<U>, T> {
+    f: impl Fn(T) -> i32,
+) -> HostBuffer {
+    let mut out = Vec::with_capacity(indices.len() * per);
+    for &i in indices {
+        out.extend(all[i * per..(i + 1) * per].iter().map(|&x| f(x)));
+    }
+    HostBuffer::I32(out)
+}
+
+/// `indices` rows of i64 `all` narrowed to i32, or the first value that
+/// does not fit.
+fn narrow_rows(all: &[i64], indices: &[usize], per: usize) -> std::result::Result<HostBuffer, i64> {
     let mut out = Vec::with_capacity(indices.len() * per);
     for &i in indices {
         for &x in &all[i * per..(i + 1) * per] {
-            out.push(f(x)?);
+            out.push(i32::try_from(x).map_err(|_| x)?);
         }
     }
-    Ok(out)
+    Ok(HostBuffer::I32(out))
 }
 
 /// Rows `indices` of `all`, copied a row at a time.
@@ -76,20 +86,14 @@ pub(crate) fn gather_array(field: &str, a: &Array, indices: &[usize]) -> Result<
         HostBuffer::F16(v) => copy_rows(v, indices, per),
         HostBuffer::BF16(v) => copy_rows(v, indices, per),
         HostBuffer::I32(v) => copy_rows(v, indices, per),
-        HostBuffer::U8(v) => {
-            HostBuffer::I32(gather(v, indices, per, |x| Ok(i32::from(x))).unwrap_or_default())
-        }
-        HostBuffer::Bool(v) => {
-            HostBuffer::I32(gather(v, indices, per, |x| Ok(i32::from(x))).unwrap_or_default())
-        }
-        HostBuffer::I64(v) => HostBuffer::I32(
-            gather(v, indices, per, |x| i32::try_from(x).map_err(|_| x)).map_err(|x| {
-                field_error(
-                    field,
-                    format!("value {x} does not fit the i32 programs take"),
-                )
-            })?,
-        ),
+        HostBuffer::U8(v) => widen_rows(v, indices, per, i32::from),
+        HostBuffer::Bool(v) => widen_rows(v, indices, per, i32::from),
+        HostBuffer::I64(v) => narrow_rows(v, indices, per).map_err(|x| {
+            field_error(
+                field,
+                format!("value {x} does not fit the i32 programs take"),
+            )
+        })?,
     };
     let mut shape = vec![indices.len()];
     shape.extend(a.sample_shape());
@@ -100,6 +104,14 @@ pub(crate) fn gather_array(field: &str, a: &Array, indices: &[usize]) -> Result<
 pub(crate) fn to_array(field: &str, a: &Array) -> Result<Array> {
     if program_dtype(a.dtype()) == a.dtype() {
         return Ok(a.clone());
+    }
+    if a.shape().is_empty() {
+        // A scalar is one row of one element for the conversion.
+        let reshape = |a: Array, shape: &[usize]| {
+            a.reshape(shape)
+                .map_err(|e| field_error(field, e.to_string()))
+        };
+        return reshape(to_array(field, &reshape(a.clone(), &[1])?)?, &[]);
     }
     let all: Vec<usize> = (0..a.rows()).collect();
     gather_array(field, a, &all)

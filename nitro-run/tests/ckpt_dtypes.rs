@@ -1,7 +1,8 @@
 //! Checkpoints store every dtype as itself: a run whose state holds f16,
 //! bf16, u8, bool, i64, f64 and i32 arrays (with NaN payloads, negative
 //! zeros and subnormals where the type has them) resumes into a new handle
-//! with every array bit-identical and of its own dtype.
+//! with every array bit-identical and of its own dtype, and the file holds
+//! each as that dtype.
 
 mod common;
 
@@ -144,7 +145,14 @@ fn resume_keeps_every_dtype_bit_for_bit() {
     assert_eq!(raw(&state), raw(&state_map()));
 
     let mut back = Nitro::new(EveryDtype { dir }).unwrap();
-    back.resume().unwrap().expect("train saved a checkpoint");
+    let path = back.resume().unwrap().expect("train saved a checkpoint");
+    // In the file, each array is stored as its own dtype (not widened to f32).
+    let file = nitro_ckpt::load(&path).unwrap();
+    for (name, a) in &state {
+        let stored = file.tensor(&format!("state/{name}")).unwrap();
+        assert_eq!(stored.dtype, a.dtype(), "{name} stored as {}", stored.dtype);
+        assert_eq!(stored.bytes, a.data().to_le_bytes(), "{name}");
+    }
     assert_eq!(raw(&back.state()), raw(&state));
     assert_eq!(raw(&back.params()), raw(&params));
     for (name, a) in back.state() {

@@ -108,12 +108,14 @@ pub fn decode_npy(bytes: &[u8], name: &str) -> Result<HostArray, LoadError> {
         "f8" | "i8" => 8,
         "f2" | "i2" | "u2" => 2,
         "u1" | "i1" | "b1" => 1,
-        _ => return Err(LoadError::Unsupported {
-            file: name.to_string(),
-            message: format!(
+        _ => {
+            return Err(LoadError::Unsupported {
+                file: name.to_string(),
+                message: format!(
                 "dtype '{descr}' is not supported (f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, b1 are)"
             ),
-        }),
+            })
+        }
     };
     let count = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
     let want = count.and_then(|c| c.checked_mul(size));
