@@ -69,6 +69,15 @@ pub enum Error {
         /// Why it was refused.
         reason: String,
     },
+    /// A valid checkpoint file that is not an export container of this
+    /// version (see [`crate::export`]).
+    #[error("`{}` is not a nitro export (a `{}` file of version {}): {reason}", path.display(), crate::export::FORMAT, crate::export::VERSION)]
+    NotExport {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A tensor was read as a type that is not its dtype.
     #[error("tensor `{entry}` has dtype {actual}, not {asked}")]
     DTypeMismatch {

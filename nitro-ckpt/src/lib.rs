@@ -1,12 +1,20 @@
-//! nitro-ckpt: one-file CBOR checkpoints with checksums, atomic writes,
-//! rotation and safe decoding.
+//! nitro-ckpt: nitro's file formats. One-file CBOR checkpoints with
+//! checksums, atomic writes, rotation and safe decoding; the export
+//! container built on them ([`export`]); and the safetensors codec
+//! ([`safetensors`]) for PyTorch and Hugging Face interop.
 //!
-//! **Owns:** the file format ([`save`], [`load`], lazy [`Reader`]), the
-//! run-state record ([`Checkpoint`], [`Metadata`]), a rotating directory of
-//! checkpoints ([`Store`], [`AsyncSaver`]) and fingerprint comparison
-//! ([`compare_fingerprint`]).
-//! **Does not own:** what goes into a checkpoint (nitro-run decides), device
-//! transfers (tensors arrive as host bytes), or any notion of experiments.
+//! **Owns:** the checkpoint format ([`save`], [`load`], lazy [`Reader`]),
+//! the run-state record ([`Checkpoint`], [`Metadata`]), a rotating directory
+//! of checkpoints ([`Store`], [`AsyncSaver`]), fingerprint comparison
+//! ([`compare_fingerprint`]), the export container ([`export::Export`]) and
+//! safetensors reading, writing and mismatch listing
+//! ([`safetensors::compare`]). Every dtype is stored as itself:
+//! [`TensorEntry::from_array`] and [`TensorEntry::to_array`] move a
+//! [`HostArray`](nitro_device::HostArray) in and out bit for bit.
+//! **Does not own:** what goes into a checkpoint or an export (nitro-run
+//! decides), the value types ([`DType`] and `HostArray` are nitro-device's,
+//! its only nitro dependency), device transfers (tensors arrive as host
+//! arrays or bytes), or any notion of experiments.
 //!
 //! # File layout (version 2)
 //!
@@ -45,6 +53,22 @@
 //! - Version 1 (a flat `tree/path` tensor list and no preset, schedule or
 //!   user fields) is still read and migrated; see [`format::OLDEST_READABLE`].
 //!
+//! # The other two formats
+//!
+//! ```text
+//!  export container (export::Export): a checkpoint file as above whose
+//!  meta.user says format = "nitro-export", version 1, width, inputs, outputs
+//!    tree "program"                    graph: u8, the caller's encoded program
+//!    trees "params", "state", "device" the arrays it reads, each as itself
+//!
+//!  safetensors (safetensors::read / write / compare):
+//!  ┌──────────────┬────────────────────────────────┬──────────────────────┐
+//!  │ N: u64 LE    │ header: N bytes of UTF-8 JSON  │ data: raw LE bytes   │
+//!  └──────────────┴────────────────────────────────┴──────────────────────┘
+//!  header: { "<name>": { "dtype": "F32", "shape": [784, 256],
+//!                        "data_offsets": [begin, end] }, "__metadata__": {..} }
+//! ```
+//!
 //! # Example
 //!
 //! ```
@@ -78,22 +102,24 @@ mod blob;
 mod checkpoint;
 mod dtype;
 mod error;
+pub mod export;
 mod fingerprint;
 pub mod format;
 mod hash;
 mod meta;
 mod rotation;
+pub mod safetensors;
 mod save;
 mod saver;
 mod store;
 mod tensor;
 
 pub use checkpoint::Checkpoint;
-pub use dtype::DType;
 pub use error::{Error, Result};
 pub use fingerprint::{compare_fingerprint, Difference};
 pub use format::read::{decode, load, Reader, TensorInfo};
 pub use meta::{ConfigValue, Metadata, MetricsRow, Value};
+pub use nitro_device::DType;
 pub use rotation::{BestBy, Goal};
 pub use save::{encode, save};
 pub use saver::AsyncSaver;

@@ -1,4 +1,8 @@
-//! A named tensor held as raw little-endian bytes: what a checkpoint stores.
+//! A named tensor held as raw little-endian bytes: what a checkpoint stores,
+//! and its lossless conversions to and from the workspace's one shaped host
+//! value, [`HostArray`].
+
+use nitro_device::{HostArray, HostBuffer};
 
 use crate::{DType, Error, Result};
 
@@ -15,7 +19,7 @@ pub struct TensorEntry {
     pub dtype: DType,
     /// Dimensions, outermost first (row-major). `[]` is a scalar.
     pub shape: Vec<u64>,
-    /// `shape.product() * dtype.size()` little-endian bytes.
+    /// `shape.product() * dtype.size_of()` little-endian bytes.
     pub bytes: Vec<u8>,
 }
 
@@ -23,7 +27,7 @@ pub struct TensorEntry {
 pub(crate) fn byte_len(dtype: DType, shape: &[u64]) -> Option<u64> {
     shape
         .iter()
-        .try_fold(dtype.size() as u64, |acc, &d| acc.checked_mul(d))
+        .try_fold(dtype.size_of() as u64, |acc, &d| acc.checked_mul(d))
 }
 
 macro_rules! typed_access {
@@ -83,7 +87,7 @@ impl TensorEntry {
         shape: Vec<u64>,
         bits: &[u16],
     ) -> Result<Self> {
-        if dtype.size() != 2 || !matches!(dtype, DType::F16 | DType::BF16) {
+        if dtype.size_of() != 2 || !matches!(dtype, DType::F16 | DType::BF16) {
             return Err(Error::InvalidTensor {
                 entry: path.into(),
                 reason: format!("from_bits16 takes f16 or bf16, not {dtype}"),
@@ -97,6 +101,38 @@ impl TensorEntry {
     pub fn from_bool(path: impl Into<String>, shape: Vec<u64>, values: &[bool]) -> Result<Self> {
         let bytes = values.iter().map(|&b| u8::from(b)).collect();
         Self::new(path, DType::Bool, shape, bytes)
+    }
+
+    /// A tensor holding `array` exactly: its dtype, shape and every bit of
+    /// every element (a NaN's payload, a negative zero, an f16 subnormal).
+    pub fn from_array(path: impl Into<String>, array: &HostArray) -> Result<Self> {
+        let shape = array.shape().iter().map(|&d| d as u64).collect();
+        Self::new(path, array.dtype(), shape, array.data().to_le_bytes())
+    }
+
+    /// The tensor as a [`HostArray`] of its own dtype and shape, bit for
+    /// bit. An error (never a panic) when the shape does not fit this
+    /// machine's address space or a bool byte is neither 0 nor 1.
+    pub fn to_array(&self) -> Result<HostArray> {
+        let bad = |reason: String| Error::InvalidTensor {
+            entry: self.path.clone(),
+            reason,
+        };
+        self.validate()?;
+        let shape = self
+            .shape
+            .iter()
+            .map(|&d| usize::try_from(d))
+            .collect::<std::result::Result<Vec<usize>, _>>()
+            .map_err(|_| bad(format!("shape {:?} does not fit in memory", self.shape)))?;
+        if self.dtype == DType::Bool {
+            if let Some(b) = self.bytes.iter().find(|&&b| b > 1) {
+                return Err(bad(format!("bool byte {b}: only 0 and 1 are booleans")));
+            }
+        }
+        let buffer =
+            HostBuffer::from_le_bytes(self.dtype, &self.bytes).map_err(|e| bad(e.to_string()))?;
+        HostArray::new(&shape, buffer).map_err(|e| bad(e.to_string()))
     }
 
     /// Number of elements (product of the shape).

@@ -56,7 +56,9 @@ fn file_round_trip_every_dtype() {
     let path = dir.path().join("all.nckpt");
     let mut ckpt = common::sample(3, 10);
     for dtype in DType::ALL {
-        let bytes: Vec<u8> = (0..6 * dtype.size()).map(|i| (i * 37 + 1) as u8).collect();
+        let bytes: Vec<u8> = (0..6 * dtype.size_of())
+            .map(|i| (i * 37 + 1) as u8)
+            .collect();
         ckpt.push(
             "all",
             TensorEntry::new(dtype.name(), dtype, vec![2, 3], bytes).unwrap(),

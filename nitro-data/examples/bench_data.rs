@@ -38,8 +38,8 @@ fn epoch(data: &Arc<InMemory>, epoch: u64, prefetch: bool) -> (usize, f64) {
         sink += item
             .batch
             .get("image")
-            .and_then(|a| a.as_f32())
-            .map_or(0.0, |a| a[[0, 14, 14]]);
+            .and_then(|a| a.as_slice::<f32>())
+            .map_or(0.0, |a| a[14 * 28 + 14]);
         n += 1;
     };
     if prefetch {

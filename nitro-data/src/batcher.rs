@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::array::HostArray;
 use crate::dataset::Dataset;
 use crate::error::DataError;
 use crate::fields::Batch;
 use crate::order::EpochOrder;
+use nitro_device::HostArray;
 
 /// Name of the mask field added by [`BatchItem::with_mask_field`].
 pub const MASK_FIELD: &str = "__mask";
@@ -42,10 +42,7 @@ impl BatchItem {
     /// `[width]`, for a loss that declares it.
     pub fn with_mask_field(&self) -> Result<Batch, DataError> {
         let mut b = self.batch.clone();
-        b.insert(
-            MASK_FIELD,
-            HostArray::from_vec(&[self.width()], self.mask())?,
-        )?;
+        b.insert(MASK_FIELD, HostArray::new(&[self.width()], self.mask())?)?;
         Ok(b)
     }
 

@@ -1,9 +1,9 @@
 //! The `Dataset` trait (length, field specs, gather rows of chosen fields)
 //! and `InMemory`, its implementation over [`Fields`].
 
-use crate::array::{DType, HostArray};
 use crate::error::DataError;
 use crate::fields::{Batch, Fields};
+use nitro_device::{DType, HostArray};
 
 /// Name, dtype and per-sample shape of one field.
 #[derive(Debug, Clone, PartialEq, Eq)]

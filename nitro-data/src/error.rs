@@ -75,3 +75,34 @@ pub enum DataError {
     #[error("split fraction {0} is not within [0, 1]")]
     BadFraction(f64),
 }
+
+impl From<nitro_device::DeviceError> for DataError {
+    /// The row and shape errors of [`crate::HostArray`], as the data errors
+    /// nitro-data has always reported.
+    fn from(e: nitro_device::DeviceError) -> Self {
+        use nitro_device::DeviceError as D;
+        match e {
+            D::NoBatchAxis { .. } => DataError::NoBatchAxis,
+            D::RowIndex { index, rows } => DataError::IndexOutOfRange { index, len: rows },
+            D::RowRange { start, end, rows } => DataError::RangeOutOfBounds {
+                start,
+                end,
+                len: rows,
+            },
+            D::TooManyRows { rows, width } => DataError::TooManyRows { rows, width },
+            D::NoRows { .. } => DataError::EmptyBatch,
+            D::Length {
+                shape,
+                expected,
+                got,
+            } => DataError::ShapeMismatch {
+                what: format!("{got} values for shape {shape:?}"),
+                expected: format!("{expected} values"),
+            },
+            other => DataError::ShapeMismatch {
+                what: other.to_string(),
+                expected: "arrays of one dtype and sample shape".into(),
+            },
+        }
+    }
+}

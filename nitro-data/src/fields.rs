@@ -1,8 +1,8 @@
 //! `Fields`: an ordered map from field name to [`HostArray`], every field
 //! with the same number of rows. A batch is a `Fields` value.
 
-use crate::array::HostArray;
 use crate::error::DataError;
+use nitro_device::HostArray;
 
 /// Named host arrays in insertion order, batch on axis 0 of each.
 ///
@@ -116,12 +116,12 @@ impl Fields {
 
     /// Rows at `indices` of every field.
     pub fn gather_rows(&self, indices: &[usize]) -> Result<Fields, DataError> {
-        self.map_rows(|a| a.gather_rows(indices))
+        self.map_rows(|a| Ok(a.gather_rows(indices)?))
     }
 
     /// Rows `start..end` of every field.
     pub fn slice_rows(&self, start: usize, end: usize) -> Result<Fields, DataError> {
-        self.map_rows(|a| a.slice_rows(start, end))
+        self.map_rows(|a| Ok(a.slice_rows(start, end)?))
     }
 }
 

@@ -2,17 +2,21 @@
 //! batching, routing of declared fields, padding short batches, loaders and
 //! a built-in digits dataset.
 //!
-//! **Owns:** host arrays ([`HostArray`], batch on axis 0, row-major; the same
-//! memory layout as a column-major array with the batch last, each sample
-//! contiguous), [`Fields`]/[`Batch`], [`Splits`], the [`Dataset`] trait and
+//! **Owns:** [`Fields`]/[`Batch`] (named host arrays, batch on axis 0,
+//! row-major: the same memory layout as a column-major array with the batch
+//! last, each sample contiguous), [`Splits`], the [`Dataset`] trait and
 //! [`InMemory`], [`EpochOrder`]/[`BatchIter`] (fixed width, seeded per-epoch
 //! shuffle, resumable at `(epoch, position)`, [`ShortBatch`] policy),
 //! [`Prefetch`], [`RoutingPlan`], [`pad_to_width`]/[`slice_outputs`], the
 //! IDX/CSV/NPY/NPZ [`loaders`], and [`digits`].
 //!
-//! **Does not own:** devices, transfers, graphs, experiments or hooks. It
-//! depends on no other nitro crate; nitro-run turns hook signatures into
-//! [`HookFields`] and moves routed batches to the device.
+//! **Does not own:** the value types. [`HostArray`], [`DType`] and
+//! [`PadFill`] are nitro-device's, re-exported here: the arrays a dataset
+//! holds are the arrays a program takes and a checkpoint stores, with their
+//! row operations (gather, slice, pad, concatenate) on them. Nor devices,
+//! transfers, graphs, experiments or hooks: nitro-device is its only nitro
+//! dependency; nitro-run turns hook signatures into [`HookFields`] and moves
+//! routed batches to the device.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -37,7 +41,6 @@
 //! ```
 #![warn(missing_docs)]
 
-mod array;
 mod batcher;
 mod dataset;
 mod error;
@@ -52,11 +55,11 @@ mod splits;
 pub mod digits;
 pub mod loaders;
 
-pub use array::{DType, HostArray, PadFill};
 pub use batcher::{BatchItem, BatchIter, MASK_FIELD};
 pub use dataset::{Dataset, FieldSpec, InMemory};
 pub use error::DataError;
 pub use fields::{Batch, Fields};
+pub use nitro_device::{DType, HostArray, PadFill};
 pub use order::{BatchSlot, EpochOrder, ShortBatch};
 pub use outputs::{slice_leaf, slice_outputs, OutputError, OutputTree};
 pub use pad::pad_to_width;

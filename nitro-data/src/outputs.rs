@@ -4,7 +4,7 @@
 
 use thiserror::Error;
 
-use crate::array::HostArray;
+use nitro_device::HostArray;
 
 /// A host-side tree of outputs, as a forward pass returns them: arrays at
 /// the leaves, tuples and named records inside. `Scalar` stands for a
@@ -74,9 +74,14 @@ pub fn slice_leaf(
             width,
         });
     }
-    Ok(leaf
-        .slice_rows(0, real)
-        .expect("real <= width = rows, checked above"))
+    // real <= width = rows, so the range is in bounds; a rank-0 leaf was
+    // refused above (its shape has no first axis).
+    leaf.slice_rows(0, real)
+        .map_err(|_| OutputError::BatchNotAxis0 {
+            path: path.to_string(),
+            shape: leaf.shape().to_vec(),
+            width,
+        })
 }
 
 /// Slice every leaf of `tree` (computed at `width`) back to its first

@@ -1,8 +1,8 @@
 //! Evaluation padding: fill a short batch up to the compiled width.
 
-use crate::array::PadFill;
 use crate::error::DataError;
 use crate::fields::Batch;
+use nitro_device::PadFill;
 
 /// Pad every field of `batch` along axis 0 to `width` rows with `fill`
 /// ([`PadFill::RepeatLast`] by default: padded rows are copies of the last
@@ -20,5 +20,5 @@ pub fn pad_to_width(
         return Err(DataError::ZeroWidth);
     }
     let real = batch.rows();
-    Ok((batch.map_rows(|a| a.pad_rows(width, fill))?, real))
+    Ok((batch.map_rows(|a| Ok(a.pad_rows(width, fill)?))?, real))
 }

@@ -13,7 +13,7 @@ fn ids(n: usize) -> Arc<InMemory> {
 }
 
 fn ids_of(item: &nitro_data::BatchItem) -> Vec<usize> {
-    let a = item.batch.get("id").unwrap().as_i64().unwrap();
+    let a = item.batch.get("id").unwrap().as_slice::<i64>().unwrap();
     a.iter().take(item.real).map(|&v| v as usize).collect()
 }
 
@@ -33,7 +33,7 @@ proptest! {
             let mask = item.mask();
             prop_assert_eq!(mask.iter().sum::<f32>() as usize, item.real);
             // Padding repeats the last real sample.
-            let all = item.batch.get("id").unwrap().as_i64().unwrap();
+            let all = item.batch.get("id").unwrap().as_slice::<i64>().unwrap();
             prop_assert!(all.iter().skip(item.real).all(|&v| v == all[item.real - 1]));
             for i in ids_of(&item) { seen[i] += 1; }
         }

@@ -37,9 +37,21 @@ fn deterministic_shapes_and_ranges() {
         (specs[1].name.as_str(), specs[1].dtype),
         ("label", DType::I32)
     );
-    let img = a.train.as_fields().get("image").unwrap().as_f32().unwrap();
+    let img = a
+        .train
+        .as_fields()
+        .get("image")
+        .unwrap()
+        .as_slice::<f32>()
+        .unwrap();
     assert!(img.iter().all(|&v| (0.0..=1.0).contains(&v)));
-    let labels = a.train.as_fields().get("label").unwrap().as_i32().unwrap();
+    let labels = a
+        .train
+        .as_fields()
+        .get("label")
+        .unwrap()
+        .as_slice::<i32>()
+        .unwrap();
     let mut counts = [0; 10];
     labels.iter().for_each(|&l| counts[l as usize] += 1);
     assert!(counts.iter().all(|&c| c > 10), "{counts:?}");

@@ -12,13 +12,17 @@ use std::sync::Arc;
 /// tree (named record holding an array, a tuple of two arrays of other
 /// dtypes and ranks).
 fn forward(batch: &Fields) -> OutputTree {
-    let x = batch.get("x").unwrap().as_f32().unwrap();
-    let n = x.shape()[0];
-    let logits = x.mapv(|v| v * 2.0 - 1.0);
-    let score: Vec<f64> = x.outer_iter().map(|r| r.sum() as f64).collect();
-    let flag: Vec<bool> = x.outer_iter().map(|r| r[0] > 0.5).collect();
+    let x = batch.get("x").unwrap();
+    let (n, k) = (x.shape()[0], x.shape()[1]);
+    let x = x.as_slice::<f32>().unwrap();
+    let logits: Vec<f32> = x.iter().map(|v| v * 2.0 - 1.0).collect();
+    let score: Vec<f64> = x.chunks(k).map(|r| r.iter().sum::<f32>() as f64).collect();
+    let flag: Vec<bool> = x.chunks(k).map(|r| r[0] > 0.5).collect();
     OutputTree::Named(vec![
-        ("logits".into(), OutputTree::Leaf(HostArray::F32(logits))),
+        (
+            "logits".into(),
+            OutputTree::Leaf(HostArray::from_vec(&[n, k], logits).unwrap()),
+        ),
         (
             "aux".into(),
             OutputTree::Tuple(vec![
@@ -35,12 +39,14 @@ fn forward(batch: &Fields) -> OutputTree {
 /// Accuracy-style metric: (correct, count) of argmax(logits) == label.
 fn metric(out: &OutputTree, labels: &[i32]) -> (usize, usize) {
     let OutputTree::Named(v) = out else { panic!() };
-    let OutputTree::Leaf(HostArray::F32(l)) = &v[0].1 else {
+    let OutputTree::Leaf(l) = &v[0].1 else {
         panic!()
     };
     assert_eq!(l.shape()[0], labels.len(), "metrics must never see padding");
     let correct = l
-        .outer_iter()
+        .as_slice::<f32>()
+        .unwrap()
+        .chunks(l.shape()[1])
         .zip(labels)
         .filter(|(r, &y)| {
             let arg = r
@@ -88,14 +94,13 @@ proptest! {
     #[test]
     fn metrics_over_padded_eval_equal_unpadded(n in 1usize..200, width in 1usize..64, k in 2usize..6, seed: u64) {
         let d = Arc::new(data(n, k, seed));
-        let labels = d.as_fields().get("label").unwrap().as_i32().unwrap().to_owned();
-        let labels: Vec<i32> = labels.iter().copied().collect();
+        let labels = d.as_fields().get("label").unwrap().as_slice::<i32>().unwrap().to_vec();
         let unpadded = metric(&forward(d.as_fields()), &labels);
         let mut total = (0, 0);
         for item in BatchIter::new(d.clone(), EpochOrder::sequential(n, width).unwrap(), &["x", "label"]).unwrap() {
             let item = item.unwrap();
             let out = slice_outputs(&forward(&item.batch), width, item.real).unwrap();
-            let y = item.batch.get("label").unwrap().as_i32().unwrap();
+            let y = item.batch.get("label").unwrap().as_slice::<i32>().unwrap();
             let y: Vec<i32> = y.iter().take(item.real).copied().collect();
             let (c, m) = metric(&out, &y);
             total = (total.0 + c, total.1 + m);

@@ -173,6 +173,49 @@ macro_rules! from_vec {
 }
 from_vec!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i32 => I32, i64 => I64, u8 => U8, bool => Bool);
 
+/// A Rust type that is one of nitro's element types: lets generic code
+/// borrow a buffer's elements as `&[T]` without matching on its variant.
+///
+/// ```
+/// use nitro_device::HostBuffer;
+/// let buf = HostBuffer::from(vec![1i32, 2, 3]);
+/// assert_eq!(buf.as_slice::<i32>(), Some(&[1, 2, 3][..]));
+/// assert_eq!(buf.as_slice::<f32>(), None);
+/// ```
+pub trait Element: Copy + Default + PartialEq + std::fmt::Debug + Send + Sync + 'static {
+    /// The dtype of this Rust type.
+    const DTYPE: DType;
+    /// The elements of `buffer`, if it holds this type.
+    fn slice(buffer: &HostBuffer) -> Option<&[Self]>;
+    /// A buffer owning `values`.
+    fn buffer(values: Vec<Self>) -> HostBuffer;
+}
+
+macro_rules! element {
+    ($($t:ty => $variant:ident),*) => {$(
+        impl Element for $t {
+            const DTYPE: DType = DType::$variant;
+            fn slice(buffer: &HostBuffer) -> Option<&[Self]> {
+                match buffer {
+                    HostBuffer::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn buffer(values: Vec<Self>) -> HostBuffer {
+                HostBuffer::$variant(values)
+            }
+        }
+    )*};
+}
+element!(f32 => F32, f64 => F64, f16 => F16, bf16 => BF16, i32 => I32, i64 => I64, u8 => U8, bool => Bool);
+
+impl HostBuffer {
+    /// The elements as `&[T]`, if this buffer holds `T` (see [`Element`]).
+    pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
+        T::slice(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,11 @@ impl DType {
             DType::Bool => "bool",
         }
     }
+
+    /// The dtype whose [`DType::name`] is `name` (`"bf16"` -> `BF16`).
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
 }
 
 impl fmt::Display for DType {

@@ -69,4 +69,48 @@ pub enum DeviceError {
         /// The compiler log.
         log: String,
     },
+    /// A row operation on an array of rank 0, which has no batch axis.
+    #[error("`{op}` on an array of rank 0: it has no batch axis (axis 0); give each sample a row")]
+    NoBatchAxis {
+        /// The row operation (`gather_rows`, `slice_rows`, ...).
+        op: &'static str,
+    },
+    /// A row index past the last row.
+    #[error("row {index} out of range for {rows} rows")]
+    RowIndex {
+        /// The index asked for.
+        index: usize,
+        /// Rows the array has.
+        rows: usize,
+    },
+    /// A row range outside the array.
+    #[error("row range {start}..{end} out of bounds for {rows} rows")]
+    RowRange {
+        /// First row asked for.
+        start: usize,
+        /// One past the last row asked for.
+        end: usize,
+        /// Rows the array has.
+        rows: usize,
+    },
+    /// Padding an array to fewer rows than it has.
+    #[error("cannot pad {rows} rows to width {width}: already wider")]
+    TooManyRows {
+        /// Rows the array has.
+        rows: usize,
+        /// The width asked for.
+        width: usize,
+    },
+    /// No row to repeat (padding an empty array) or no array to concatenate.
+    #[error("`{op}` needs at least one row: the array (or list of arrays) is empty")]
+    NoRows {
+        /// The row operation.
+        op: &'static str,
+    },
+    /// `item()` of an array that is not one element.
+    #[error("item() of an array of shape {shape:?}, which is not one element")]
+    NotOneElement {
+        /// The array's shape.
+        shape: Vec<usize>,
+    },
 }

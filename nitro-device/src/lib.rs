@@ -1,9 +1,18 @@
 //! nitro-device: devices and memory.
 //!
-//! Owns what a value *is* and *where it lives*: the element types nitro
-//! understands ([`DType`]), the devices it can run on ([`Device`]), and host
-//! buffers ([`HostBuffer`]) that every backend reads and writes. It knows
-//! nothing about graphs, experiments or runs; `nitro-graph` builds on it.
+//! Owns what a value *is* and *where it lives*: the vocabulary of values
+//! that every nitro crate shares, and devices. The vocabulary is one
+//! element type enum ([`DType`]), one signature ([`TensorSpec`]: dtype and
+//! shape), one untyped-by-Rust host buffer ([`HostBuffer`], a vector per
+//! dtype) and one shaped host value ([`HostArray`]: a spec plus a buffer,
+//! with the batch-on-axis-0 row operations datasets and padding need).
+//! nitro-graph runs programs on `HostArray`s (its `Array` is this type),
+//! nitro-data holds datasets and batches in them, nitro-ckpt stores them
+//! bit for bit. The devices it can run on ([`Device`]) and device memory
+//! ([`cuda`]) complete it.
+//!
+//! **Does not own:** graphs, file formats, experiments or runs; nothing
+//! here depends on another nitro crate.
 //!
 //! The CUDA side (feature `cuda`) is loaded dynamically: a machine with no
 //! driver builds and runs everything, and asking for a CUDA device there is
@@ -15,14 +24,19 @@
 //! compilation.
 //!
 //! ```
-//! use nitro_device::{DType, Device, HostBuffer};
+//! use nitro_device::{DType, Device, HostArray, HostBuffer};
 //! let buf = HostBuffer::from(vec![1.0f32, 2.0, 3.0]);
 //! assert_eq!(buf.dtype(), DType::F32);
 //! assert_eq!(buf.len(), 3);
+//! let a = HostArray::new(&[3, 1], buf)?;
+//! assert_eq!(a.spec().to_string(), "f32[3,1]");
+//! assert_eq!(a.slice_rows(1, 3)?.as_slice::<f32>(), Some(&[2.0, 3.0][..]));
 //! assert_eq!(Device::parse("cuda:1"), Some(Device::Cuda(1)));
+//! # Ok::<(), nitro_device::DeviceError>(())
 //! ```
 #![warn(missing_docs)]
 
+mod array;
 mod buffer;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -33,9 +47,12 @@ mod device;
 mod dtype;
 mod error;
 mod ptx_cache;
+mod spec;
 
-pub use buffer::HostBuffer;
+pub use array::{HostArray, PadFill};
+pub use buffer::{Element, HostBuffer};
 pub use device::Device;
 pub use dtype::DType;
 pub use error::DeviceError;
 pub use half::{bf16, f16};
+pub use spec::{ShapeFmt, TensorSpec};

@@ -15,35 +15,44 @@ use std::path::{Path, PathBuf};
 use nitro_ckpt::{
     BestBy, Checkpoint, Goal, Metadata, MetricsRow, Store, StoreConfig, TensorEntry, Value,
 };
-use nitro_graph::{Array, Graph, HostBuffer, TensorSpec};
+use nitro_graph::{Array, DType, Graph, HostBuffer, TensorSpec};
 use nitro_markers::{Category, DeviceData, DeviceValue};
 
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
 
+/// A checkpoint tensor of `a`: every dtype is stored as itself, bit for bit.
 fn entry(path: &str, a: &Array) -> Result<TensorEntry> {
-    let shape: Vec<u64> = a.shape().iter().map(|&d| d as u64).collect();
-    Ok(match a.data() {
-        HostBuffer::F64(v) => TensorEntry::from_f64(path, shape, v)?,
-        HostBuffer::I32(v) => TensorEntry::from_i32(path, shape, v)?,
-        HostBuffer::I64(v) => TensorEntry::from_i64(path, shape, v)?,
-        HostBuffer::F32(v) => TensorEntry::from_f32(path, shape, v)?,
-        _ => TensorEntry::from_f32(path, shape, &a.to_f32_vec())?,
-    })
+    Ok(TensorEntry::from_array(path, a)?)
 }
 
-fn array(e: &TensorEntry, spec: &TensorSpec) -> Result<Array> {
-    let shape: Vec<usize> = e.shape.iter().map(|&d| d as usize).collect();
-    let buffer: HostBuffer = match spec.dtype {
-        nitro_graph::DType::F64 => e.to_f64()?.into(),
-        nitro_graph::DType::I32 => e.to_i32()?.into(),
-        nitro_graph::DType::I64 => e.to_i64()?.into(),
-        _ => e.to_f32()?.into(),
-    };
-    Ok(Array::new(&shape, buffer)
-        .expect("a validated checkpoint entry matches its shape")
-        .cast(spec.dtype))
+/// The stored tensor back as an array, which must have the `spec` the
+/// handle expects: a checkpoint of another dtype or shape is refused, never
+/// converted. The one exception is the lossy layout checkpoints had before
+/// every dtype was stored as itself (f16, bf16, u8 and bool written as
+/// f32): such a file still resumes, cast back to the run's dtype.
+fn array(file: &Path, e: &TensorEntry, spec: &TensorSpec) -> Result<Array> {
+    let mut a = e.to_array()?;
+    let legacy = a.dtype() == DType::F32
+        && matches!(
+            spec.dtype,
+            DType::F16 | DType::BF16 | DType::U8 | DType::Bool
+        );
+    if legacy && a.shape() == spec.shape.as_slice() {
+        a = a.cast(spec.dtype);
+    }
+    if a.spec() != spec {
+        return Err(RunError::CheckpointContent {
+            path: file.to_path_buf(),
+            reason: format!(
+                "tensor `{}` is {} in the checkpoint; this run holds {spec}",
+                e.path,
+                a.spec()
+            ),
+        });
+    }
+    Ok(a)
 }
 
 /// A restored Device array as the experiment's host value.
@@ -433,7 +442,7 @@ impl<E: Experiment> Nitro<E> {
                             reason: format!("no tensor `{tree}/{n}`"),
                         }
                     })?;
-                    array(e, s)
+                    array(path, e, s)
                 })
                 .collect()
         };
@@ -477,5 +486,68 @@ impl<E: Experiment> Nitro<E> {
             .map(|r| (r.step, r.values.clone()))
             .collect();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every dtype with bits a lossy path changes, through a checkpoint file.
+    #[test]
+    fn every_dtype_is_stored_as_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.nckpt");
+        let arrays: Vec<Array> = DType::ALL
+            .into_iter()
+            .map(|dtype| {
+                let bytes: Vec<u8> = (0..3 * dtype.size_of())
+                    .map(|i| {
+                        if dtype == DType::Bool {
+                            (i % 2) as u8
+                        } else {
+                            (i * 89 + 201) as u8
+                        }
+                    })
+                    .collect();
+                Array::from_le_bytes(dtype, &[3], &bytes).unwrap()
+            })
+            .collect();
+        let mut ckpt = Checkpoint::new(Metadata::default());
+        for (i, a) in arrays.iter().enumerate() {
+            ckpt.push("params", entry(&format!("p{i}"), a).unwrap());
+        }
+        nitro_ckpt::save(&file, &ckpt).unwrap();
+        let back = nitro_ckpt::load(&file).unwrap();
+        for (i, a) in arrays.iter().enumerate() {
+            let e = back.tensor(&format!("params/p{i}")).unwrap();
+            let got = array(&file, e, a.spec()).unwrap();
+            assert_eq!(got.dtype(), a.dtype());
+            assert_eq!(
+                got.data().to_le_bytes(),
+                a.data().to_le_bytes(),
+                "{}",
+                a.dtype()
+            );
+        }
+    }
+
+    #[test]
+    fn another_dtype_or_shape_is_refused_and_legacy_f32_is_read() {
+        let file = Path::new("c.nckpt");
+        let stored = entry("w", &Array::new(&[2], vec![1.5f32, -2.0]).unwrap()).unwrap();
+        let err = array(file, &stored, &TensorSpec::new(DType::F64, &[2]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`w`") && err.contains("f32[2]") && err.contains("f64[2]"),
+            "{err}"
+        );
+        assert!(array(file, &stored, &TensorSpec::f32(&[1, 2])).is_err());
+        // Checkpoints from before every dtype was stored as itself held
+        // f16 as f32: they still resume.
+        let legacy = array(file, &stored, &TensorSpec::new(DType::F16, &[2])).unwrap();
+        assert_eq!(legacy.dtype(), DType::F16);
+        assert_eq!(legacy.to_f32_vec(), [1.5, -2.0]);
     }
 }

@@ -1,65 +1,130 @@
-//! Host-side conversions between nitro-data arrays, Device field values and
-//! nitro-graph arrays. Programs take f32/f64/i32; integer and byte fields are
-//! widened losslessly to i32.
+//! Host-side conversions between batch fields, Device field values and
+//! program inputs. Batch fields and program inputs are the same type
+//! ([`nitro_graph::Array`], nitro-device's `HostArray`); programs take
+//! floats as they are and integers as i32, so byte, bool and i64 fields
+//! widen (or, for i64, narrow with a check) to i32 on the way in.
 
-use nitro_data::HostArray;
+use nitro_device::Element;
 use nitro_graph::{Array, DType, HostBuffer, TensorSpec};
 use nitro_markers::{DeviceData, DeviceValue};
 
 use crate::error::{Result, RunError};
 
 /// The program-side dtype of a batch field of `dtype`.
-pub(crate) fn program_dtype(dtype: nitro_data::DType) -> DType {
-    use nitro_data::DType as D;
+pub(crate) fn program_dtype(dtype: DType) -> DType {
     match dtype {
-        D::F32 => DType::F32,
-        D::F64 => DType::F64,
-        D::I32 | D::I64 | D::U8 | D::Bool => DType::I32,
+        DType::I64 | DType::U8 | DType::Bool => DType::I32,
+        other => other,
     }
 }
 
-fn flat<T: Clone>(a: &ndarray::ArrayD<T>) -> Vec<T> {
-    match a.as_slice() {
-        Some(s) => s.to_vec(),
-        None => a.iter().cloned().collect(),
-    }
-}
-
-/// A batch field as a program input.
-pub(crate) fn to_array(field: &str, a: &HostArray) -> Result<Array> {
-    let shape = a.shape().to_vec();
-    let buffer: HostBuffer = match a {
-        HostArray::F32(v) => flat(v).into(),
-        HostArray::F64(v) => flat(v).into(),
-        HostArray::I32(v) => flat(v).into(),
-        HostArray::I64(v) => {
-            let mut out = Vec::with_capacity(v.len());
-            for &x in v.iter() {
-                out.push(i32::try_from(x).map_err(|_| RunError::BatchField {
-                    field: field.into(),
-                    reason: format!("value {x} does not fit the i32 programs take"),
-                })?);
-            }
-            out.into()
-        }
-        HostArray::U8(v) => v.iter().map(|&x| x as i32).collect::<Vec<_>>().into(),
-        HostArray::Bool(v) => v.iter().map(|&x| x as i32).collect::<Vec<_>>().into(),
-    };
-    Array::new(&shape, buffer).map_err(|e| RunError::BatchField {
+fn field_error(field: &str, reason: String) -> RunError {
+    RunError::BatchField {
         field: field.into(),
-        reason: e.to_string(),
-    })
+        reason,
+    }
 }
 
-/// Integer labels as i64 (for host metrics).
-pub(crate) fn labels_i64(a: &HostArray) -> Vec<i64> {
-    match a {
-        HostArray::I32(v) => v.iter().map(|&x| x as i64).collect(),
-        HostArray::I64(v) => v.iter().copied().collect(),
-        HostArray::U8(v) => v.iter().map(|&x| x as i64).collect(),
-        HostArray::F32(v) => v.iter().map(|&x| x as i64).collect(),
-        HostArray::F64(v) => v.iter().map(|&x| x as i64).collect(),
-        HostArray::Bool(v) => v.iter().map(|&x| x as i64).collect(),
+/// `indices` rows of `all` (rows of `per` elements) widened to i32;
+/// `indices` were checked against the row count.
+fn widen_rows<T: Copy>(
+    all: &[T],
+    indices: &[usize],
+    per: usize,
+    f: impl Fn(T) -> i32,
+) -> HostBuffer {
+    let mut out = Vec::with_capacity(indices.len() * per);
+    for &i in indices {
+        out.extend(all[i * per..(i + 1) * per].iter().map(|&x| f(x)));
+    }
+    HostBuffer::I32(out)
+}
+
+/// `indices` rows of i64 `all` narrowed to i32, or the first value that
+/// does not fit.
+fn narrow_rows(all: &[i64], indices: &[usize], per: usize) -> std::result::Result<HostBuffer, i64> {
+    let mut out = Vec::with_capacity(indices.len() * per);
+    for &i in indices {
+        for &x in &all[i * per..(i + 1) * per] {
+            out.push(i32::try_from(x).map_err(|_| x)?);
+        }
+    }
+    Ok(HostBuffer::I32(out))
+}
+
+/// Rows `indices` of `all`, copied a row at a time.
+fn copy_rows<T: Element>(all: &[T], indices: &[usize], per: usize) -> HostBuffer {
+    let mut out = Vec::with_capacity(indices.len() * per);
+    for &i in indices {
+        out.extend_from_slice(&all[i * per..(i + 1) * per]);
+    }
+    T::buffer(out)
+}
+
+/// Rows `indices` of a dataset field, copied once, straight into a program
+/// input (no intermediate host batch): floats and i32 as they are, u8 and
+/// bool widened to i32, i64 narrowed to i32 with a check that names the
+/// first value that does not fit.
+pub(crate) fn gather_array(field: &str, a: &Array, indices: &[usize]) -> Result<Array> {
+    if a.shape().is_empty() {
+        return Err(field_error(
+            field,
+            "a rank-0 array has no batch axis (axis 0); give each sample a row".into(),
+        ));
+    }
+    let rows = a.rows();
+    if let Some(&bad) = indices.iter().find(|&&i| i >= rows) {
+        return Err(field_error(
+            field,
+            format!("sample index {bad} out of range for {rows} samples"),
+        ));
+    }
+    let per: usize = a.sample_shape().iter().product();
+    let buffer = match a.data() {
+        HostBuffer::F32(v) => copy_rows(v, indices, per),
+        HostBuffer::F64(v) => copy_rows(v, indices, per),
+        HostBuffer::F16(v) => copy_rows(v, indices, per),
+        HostBuffer::BF16(v) => copy_rows(v, indices, per),
+        HostBuffer::I32(v) => copy_rows(v, indices, per),
+        HostBuffer::U8(v) => widen_rows(v, indices, per, i32::from),
+        HostBuffer::Bool(v) => widen_rows(v, indices, per, i32::from),
+        HostBuffer::I64(v) => narrow_rows(v, indices, per).map_err(|x| {
+            field_error(
+                field,
+                format!("value {x} does not fit the i32 programs take"),
+            )
+        })?,
+    };
+    let mut shape = vec![indices.len()];
+    shape.extend(a.sample_shape());
+    Array::new(&shape, buffer).map_err(|e| field_error(field, e.to_string()))
+}
+
+/// A batch field as a program input (see [`gather_array`]).
+pub(crate) fn to_array(field: &str, a: &Array) -> Result<Array> {
+    if program_dtype(a.dtype()) == a.dtype() {
+        return Ok(a.clone());
+    }
+    if a.shape().is_empty() {
+        // A scalar is one row of one element for the conversion.
+        let reshape = |a: Array, shape: &[usize]| {
+            a.reshape(shape)
+                .map_err(|e| field_error(field, e.to_string()))
+        };
+        return reshape(to_array(field, &reshape(a.clone(), &[1])?)?, &[]);
+    }
+    let all: Vec<usize> = (0..a.rows()).collect();
+    gather_array(field, a, &all)
+}
+
+/// Integer labels as i64 (for host metrics); floats truncate toward zero.
+pub(crate) fn labels_i64(a: &Array) -> Vec<i64> {
+    match a.data() {
+        HostBuffer::I32(v) => v.iter().map(|&x| i64::from(x)).collect(),
+        HostBuffer::I64(v) => v.clone(),
+        HostBuffer::U8(v) => v.iter().map(|&x| i64::from(x)).collect(),
+        HostBuffer::Bool(v) => v.iter().map(|&x| i64::from(x)).collect(),
+        other => other.to_f64_vec().into_iter().map(|x| x as i64).collect(),
     }
 }
 
@@ -84,42 +149,35 @@ pub(crate) fn signature(spec: &TensorSpec) -> String {
     format!("{:?}{:?}", spec.dtype, spec.shape)
 }
 
-/// Rows `indices` of a dataset field, copied once, straight into a program
-/// input (no intermediate host batch); integer and byte fields widen to i32.
-pub(crate) fn gather_array(field: &str, a: &HostArray, indices: &[usize]) -> Result<Array> {
-    fn rows<T: Copy, U>(
-        a: &ndarray::ArrayD<T>,
-        indices: &[usize],
-        per: usize,
-        f: impl Fn(T) -> U,
-    ) -> Option<Vec<U>> {
-        let all = a.as_slice()?;
-        let mut out = Vec::with_capacity(indices.len() * per);
-        for &i in indices {
-            out.extend(all.get(i * per..(i + 1) * per)?.iter().map(|&x| f(x)));
-        }
-        Some(out)
-    }
-    let per: usize = a.sample_shape().iter().product();
-    let buffer: Option<HostBuffer> = match a {
-        HostArray::F32(v) => rows(v, indices, per, |x| x).map(Into::into),
-        HostArray::F64(v) => rows(v, indices, per, |x| x).map(Into::into),
-        HostArray::I32(v) => rows(v, indices, per, |x| x).map(Into::into),
-        HostArray::U8(v) => rows(v, indices, per, |x| x as i32).map(Into::into),
-        HostArray::Bool(v) => rows(v, indices, per, |x| x as i32).map(Into::into),
-        HostArray::I64(_) => None,
-    };
-    match buffer {
-        Some(buffer) => {
-            let mut shape = vec![indices.len()];
-            shape.extend(a.sample_shape());
-            Array::new(&shape, buffer).map_err(|e| RunError::BatchField {
-                field: field.into(),
-                reason: e.to_string(),
-            })
-        }
-        // Non-contiguous storage, an out-of-range index or i64 values
-        // (checked narrowing): the general path.
-        None => to_array(field, &a.gather_rows(indices).map_err(RunError::from)?),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gather_widens_and_checks_narrowing() {
+        let u8s = Array::new(&[3, 2], vec![1u8, 2, 3, 4, 255, 0]).unwrap();
+        let g = gather_array("y", &u8s, &[2, 0]).unwrap();
+        assert_eq!(g.shape(), &[2, 2]);
+        assert_eq!(g.as_slice::<i32>(), Some(&[255, 0, 1, 2][..]));
+        let bools = Array::new(&[2], vec![true, false]).unwrap();
+        assert_eq!(
+            to_array("m", &bools).unwrap().as_slice::<i32>(),
+            Some(&[1, 0][..])
+        );
+        let i64s = Array::new(&[3], vec![5i64, -7, i64::from(i32::MAX) + 1]).unwrap();
+        assert_eq!(
+            gather_array("y", &i64s, &[1, 0]).unwrap().as_slice::<i32>(),
+            Some(&[-7, 5][..])
+        );
+        let err = gather_array("y", &i64s, &[2]).unwrap_err().to_string();
+        assert!(err.contains("2147483648") && err.contains("`y`"), "{err}");
+        let err = gather_array("x", &u8s, &[3]).unwrap_err().to_string();
+        assert!(err.contains("index 3"), "{err}");
+        let f = Array::new(&[2, 1], vec![0.5f32, 1.5]).unwrap();
+        assert_eq!(to_array("x", &f).unwrap(), f);
+        assert_eq!(
+            gather_array("x", &f, &[1, 1]).unwrap().to_f32_vec(),
+            [1.5, 1.5]
+        );
     }
 }

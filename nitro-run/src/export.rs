@@ -4,17 +4,11 @@
 //! with no experiment code, on the CPU or (feature `cuda`) a GPU, padding
 //! short batches and slicing outputs back exactly as [`Nitro::predict`].
 //!
-//! The file is a nitro-ckpt container (checksummed, written atomically,
-//! decoded with bounds), so it inherits that format's safety:
-//!
-//! ```text
-//!  meta.experiment      the experiment's name
-//!  meta.user            format = "nitro-export", version, width (the
-//!                       compiled batch width), inputs (per-sample dtype
-//!                       and shape of each batch field), outputs (names)
-//!  tree "program"       graph: u8 bytes, the predict graph as CBOR (serde)
-//!  trees "params", "state", "device"   the arrays the graph reads
-//! ```
+//! The file format is nitro-ckpt's export container
+//! ([`nitro_ckpt::export::Export`]: a checkpoint file, checksummed, written
+//! atomically, decoded with bounds, every dtype stored as itself); this
+//! module fills it (the predict graph as CBOR, the arrays it reads) and
+//! runs what it holds.
 //!
 //! ```no_run
 //! # use nitro_data::Batch;
@@ -24,14 +18,11 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use nitro_ckpt::{Checkpoint, Metadata, TensorEntry, Value};
+use nitro_ckpt::export::Export;
 use nitro_data::{Batch, PadFill};
-use nitro_graph::{
-    Array, CompileOptions, DType, Device, Executable, Graph, HostBuffer, TensorSpec,
-};
+use nitro_graph::{Array, CompileOptions, Device, Executable, Graph, TensorSpec};
 
 use crate::convert::to_array;
 use crate::experiment::Experiment;
@@ -40,9 +31,6 @@ use crate::infer::{concat_outputs, slice_rows};
 use crate::layout::Kind;
 use crate::metric::HostOutputs;
 use nitro_graph::exec::signature::{parse_input_name, Role};
-
-const FORMAT: &str = "nitro-export";
-const VERSION: u64 = 1;
 
 /// Exporting or running an exported model failed.
 #[derive(Debug, thiserror::Error)]
@@ -84,55 +72,6 @@ pub enum ExportError {
     Run(#[from] Box<crate::RunError>),
 }
 
-fn ckpt_dtype(d: DType) -> nitro_ckpt::DType {
-    use nitro_ckpt::DType as C;
-    match d {
-        DType::F32 => C::F32,
-        DType::F64 => C::F64,
-        DType::F16 => C::F16,
-        DType::BF16 => C::BF16,
-        DType::I32 => C::I32,
-        DType::I64 => C::I64,
-        DType::U8 => C::U8,
-        DType::Bool => C::Bool,
-    }
-}
-
-fn graph_dtype(d: nitro_ckpt::DType) -> DType {
-    use nitro_ckpt::DType as C;
-    match d {
-        C::F32 => DType::F32,
-        C::F64 => DType::F64,
-        C::F16 => DType::F16,
-        C::BF16 => DType::BF16,
-        C::I32 => DType::I32,
-        C::I64 => DType::I64,
-        C::U8 => DType::U8,
-        C::Bool => DType::Bool,
-    }
-}
-
-fn entry(path: &str, a: &Array) -> Result<TensorEntry, ExportError> {
-    let shape = a.shape().iter().map(|&d| d as u64).collect();
-    Ok(TensorEntry::new(
-        path,
-        ckpt_dtype(a.dtype()),
-        shape,
-        a.data().to_le_bytes(),
-    )?)
-}
-
-fn array(e: &TensorEntry) -> Result<Array, ExportError> {
-    let bad = |reason: String| ExportError::Format {
-        path: PathBuf::new(),
-        reason: format!("tensor `{}`: {reason}", e.path),
-    };
-    let buffer = HostBuffer::from_le_bytes(graph_dtype(e.dtype), &e.bytes)
-        .map_err(|x| bad(x.to_string()))?;
-    let shape: Vec<usize> = e.shape.iter().map(|&d| d as usize).collect();
-    Array::new(&shape, buffer).map_err(|x| bad(x.to_string()))
-}
-
 impl<E: Experiment> Nitro<E> {
     /// Writes the predict program, its params, state and Device values,
     /// the input signature and the outputs named by
@@ -166,71 +105,49 @@ impl<E: Experiment> Nitro<E> {
             let leaf = n.strip_prefix("out/").unwrap_or(n);
             wanted.is_empty() || wanted.iter().any(|w| w == leaf)
         });
-        let outputs: Vec<Value> = graph
-            .outputs
-            .iter()
-            .map(|(n, _)| Value::Text(n.strip_prefix("out/").unwrap_or(n).to_string()))
-            .collect();
-        let inputs: Vec<Value> = self
-            .programs
-            .layout
-            .fields
-            .iter()
-            .filter(|(n, _)| self.programs.layout.forward_fields.contains(n))
-            .map(|(n, spec)| {
-                Value::Map(BTreeMap::from([
-                    ("name".to_string(), Value::Text(n.clone())),
-                    (
-                        "dtype".to_string(),
-                        Value::Text(format!("{:?}", spec.dtype)),
-                    ),
-                    (
-                        "shape".to_string(),
-                        Value::List(spec.shape.iter().map(|&d| Value::UInt(d as u64)).collect()),
-                    ),
-                ]))
-            })
-            .collect();
         let mut program = Vec::new();
         ciborium::into_writer(&graph, &mut program).map_err(|e| ExportError::Format {
             path: path.as_ref().to_path_buf(),
             reason: format!("encoding the graph: {e}"),
         })?;
-        let mut file = Checkpoint::new(Metadata {
-            experiment: E::experiment_name().into(),
-            preset: self.frozen.run.preset.clone(),
-            fingerprint: self.fingerprint(),
-            step: self.progress.position.step,
-            epoch: self.progress.position.epoch,
-            user: BTreeMap::from([
-                ("format".to_string(), Value::Text(FORMAT.into())),
-                ("version".to_string(), Value::UInt(VERSION)),
-                ("width".to_string(), Value::UInt(width as u64)),
-                ("inputs".to_string(), Value::List(inputs)),
-                ("outputs".to_string(), Value::List(outputs)),
-            ]),
-            ..Metadata::default()
-        });
-        file.push(
-            "program",
-            TensorEntry::new(
-                "graph",
-                nitro_ckpt::DType::U8,
-                vec![program.len() as u64],
-                program,
-            )?,
+        let mut file = Export::new(E::experiment_name(), width, program);
+        file.preset = self.frozen.run.preset.clone();
+        file.fingerprint = self.fingerprint();
+        file.step = self.progress.position.step;
+        file.epoch = self.progress.position.epoch;
+        file.outputs = graph
+            .outputs
+            .iter()
+            .map(|(n, _)| n.strip_prefix("out/").unwrap_or(n).to_string())
+            .collect();
+        let layout = &self.programs.layout;
+        file.inputs = layout
+            .fields
+            .iter()
+            .filter(|(n, _)| layout.forward_fields.contains(n))
+            .cloned()
+            .collect();
+        let groups = [
+            (&mut file.params, &layout.params, &self.params),
+            (&mut file.state, &layout.state, &self.state),
+        ];
+        for (tree, names, arrays) in groups {
+            tree.extend(
+                names
+                    .iter()
+                    .map(|(n, _)| n.clone())
+                    .zip(arrays.iter().cloned()),
+            );
+        }
+        file.device.extend(
+            layout
+                .device
+                .iter()
+                .map(|(n, _)| n.to_string())
+                .zip(self.device.iter().cloned()),
         );
-        for ((n, _), a) in self.programs.layout.params.iter().zip(&self.params) {
-            file.push("params", entry(n, a)?);
-        }
-        for ((n, _), a) in self.programs.layout.state.iter().zip(&self.state) {
-            file.push("state", entry(n, a)?);
-        }
-        for ((n, _), a) in self.programs.layout.device.iter().zip(&self.device) {
-            file.push("device", entry(n, a)?);
-        }
         let path = path.as_ref().to_path_buf();
-        nitro_ckpt::save(&path, &file)?;
+        file.save(&path)?;
         tracing::info!(target: "nitro::export", path = %path.display(), "exported the predict program");
         Ok(path)
     }
@@ -274,45 +191,18 @@ impl Exported {
             path: path.to_path_buf(),
             reason,
         };
-        let file = nitro_ckpt::load(path)?;
-        let user = &file.meta.user;
-        if user.get("format") != Some(&Value::Text(FORMAT.into())) {
-            return Err(bad(format!(
-                "not a nitro export (a `{FORMAT}` file written by `Nitro::export`)"
-            )));
-        }
-        if user.get("version") != Some(&Value::UInt(VERSION)) {
-            return Err(bad(format!(
-                "export format version {:?}; this build reads version {VERSION}",
-                user.get("version")
-            )));
-        }
-        let width = match user.get("width") {
-            Some(Value::UInt(w)) if *w > 0 => *w as usize,
-            other => return Err(bad(format!("bad width {other:?}"))),
-        };
-        let graph_bytes = file
-            .tensor("program/graph")
-            .ok_or_else(|| bad("no program in the file".into()))?;
-        let graph: Graph = ciborium::from_reader(graph_bytes.bytes.as_slice())
+        let mut file = Export::load(path)?;
+        let graph: Graph = ciborium::from_reader(file.program.as_slice())
             .map_err(|e| bad(format!("decoding the graph: {e}")))?;
-        let text = |v: &Value| match v {
-            Value::Text(s) => Some(s.clone()),
-            _ => None,
-        };
-        let outputs = match user.get("outputs") {
-            Some(Value::List(items)) => items.iter().filter_map(text).collect(),
-            _ => return Err(bad("no output names".into())),
-        };
         let mut fixed = Vec::new();
         let mut inputs = Vec::new();
         for decl in &graph.inputs {
             let (role, name) = parse_input_name(&decl.name)
                 .ok_or_else(|| bad(format!("graph input `{}` has no group", decl.name)))?;
-            let tree = match role {
-                Role::Params => "params",
-                Role::State => "state",
-                Role::Device => "device",
+            let (tree, arrays) = match role {
+                Role::Params => ("params", &mut file.params),
+                Role::State => ("state", &mut file.state),
+                Role::Device => ("device", &mut file.device),
                 Role::Batch(0) => {
                     let mut sample = decl.spec.clone();
                     sample.shape.remove(0);
@@ -321,13 +211,12 @@ impl Exported {
                 }
                 _ => return Err(bad(format!("unknown graph input `{}`", decl.name))),
             };
-            let e = file.tensor(&format!("{tree}/{name}")).ok_or_else(|| {
+            let a = arrays.remove(name).ok_or_else(|| {
                 bad(format!(
                     "no tensor `{tree}/{name}` for input `{}`",
                     decl.name
                 ))
             })?;
-            let a = array(e)?;
             if a.spec() != &decl.spec {
                 return Err(bad(format!(
                     "`{tree}/{name}` is {:?}{:?}; the program takes {:?}{:?}",
@@ -353,10 +242,10 @@ impl Exported {
         }
         let runner = Executable::compile_graph(graph, options, device)?;
         Ok(Exported {
-            experiment: file.meta.experiment.clone(),
-            width,
+            experiment: file.experiment,
+            width: file.width,
             inputs,
-            outputs,
+            outputs: file.outputs,
             fixed,
             runner,
         })

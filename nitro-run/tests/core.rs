@@ -175,10 +175,7 @@ fn a_host_field_that_shapes_the_model_gets_its_own_program() {
     let dir = tempfile::tempdir().unwrap();
     let data = rows(8, 2);
     let batch = nitro_data::Dataset::gather(&data, &(0..8).collect::<Vec<_>>(), &["x"]).unwrap();
-    let x = match batch.get("x").unwrap() {
-        HostArray::F32(a) => a.iter().copied().collect::<Vec<f32>>(),
-        _ => unreachable!(),
-    };
+    let x = batch.get("x").unwrap().as_slice::<f32>().unwrap().to_vec();
     for relu in [false, true] {
         let before = cache_stats("predict").compiles;
         let mut n = Nitro::new(act(relu, dir.path())).unwrap();
@@ -315,9 +312,7 @@ impl nitro_run::Experiment for Derived {
     fn derive(&mut self, data: &Splits) -> Result<(), HookError> {
         let all: Vec<usize> = (0..16).collect();
         let b = nitro_data::Dataset::gather(&data.train, &all, &["x"])?;
-        let HostArray::F32(x) = b.get("x").unwrap() else {
-            unreachable!()
-        };
+        let x = b.get("x").unwrap().as_slice::<f32>().unwrap();
         let mean_abs = x.iter().map(|v| v.abs()).sum::<f32>() / x.len() as f32;
         *self.norm = 1.0 / mean_abs;
         Ok(())
@@ -462,10 +457,10 @@ fn reference_adamw(weight_decay: f64) -> Vec<(String, Vec<f64>)> {
     let data = lsq_data();
     let all: Vec<usize> = (0..8).collect();
     let b = nitro_data::Dataset::gather(&data, &all, &["x", "y"]).unwrap();
-    let (HostArray::F64(x), HostArray::F64(y)) = (b.get("x").unwrap(), b.get("y").unwrap()) else {
-        unreachable!()
-    };
-    let (x, y): (Vec<f64>, Vec<f64>) = (x.iter().copied().collect(), y.iter().copied().collect());
+    let (x, y): (Vec<f64>, Vec<f64>) = (
+        b.get("x").unwrap().to_f64_vec(),
+        b.get("y").unwrap().to_f64_vec(),
+    );
     let p = lsq_params();
     let w: Vec<f64> = p["0.weight"].to_f64_vec();
     let bias: Vec<f64> = p["0.bias"].to_f64_vec();
@@ -549,12 +544,8 @@ fn f64_adam_and_adamw_steps_equal_the_reference_through_both_apis() {
         let data = lsq_data();
         let b =
             nitro_data::Dataset::gather(&data, &(0..8).collect::<Vec<_>>(), &["x", "y"]).unwrap();
-        let as_array = |f: &str| match b.get(f).unwrap() {
-            HostArray::F64(a) => {
-                Array::new(a.shape(), a.iter().copied().collect::<Vec<f64>>()).unwrap()
-            }
-            _ => unreachable!(),
-        };
+        // Batch fields are program arrays already (one host array type).
+        let as_array = |f: &str| b.get(f).unwrap().clone();
         let loss =
             |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| mse(&m.apply(ps, "", &b[0]), &b[1]);
         trainstep(&loss, &mut model, &[as_array("x"), as_array("y")], &mut opt).unwrap();

@@ -14,6 +14,7 @@ use crate::DType;
 pub(crate) struct EntryRecord {
     /// Path inside the tree (version 2) or `tree/path` (version 1).
     pub path: String,
+    #[serde(with = "crate::dtype")]
     pub dtype: DType,
     pub shape: Vec<u64>,
     /// Absolute file offset of the tensor's CBOR byte-string head.

@@ -14,7 +14,7 @@ pub fn dtype() -> impl Strategy<Value = DType> {
 /// non-0/1 bools: all must survive bit-exact).
 pub fn tensor(path: String) -> impl Strategy<Value = TensorEntry> {
     (dtype(), proptest::collection::vec(0u64..4, 0..4)).prop_flat_map(move |(dtype, shape)| {
-        let n = shape.iter().product::<u64>() as usize * dtype.size();
+        let n = shape.iter().product::<u64>() as usize * dtype.size_of();
         let path = path.clone();
         proptest::collection::vec(any::<u8>(), n).prop_map(move |bytes| {
             TensorEntry::new(path.clone(), dtype, shape.clone(), bytes).unwrap()

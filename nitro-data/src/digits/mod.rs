@@ -18,12 +18,12 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::array::HostArray;
 use crate::dataset::InMemory;
 use crate::error::DataError;
 use crate::loaders::{write_idx, LoadError};
 use crate::order::seeded_rng;
 use crate::splits::Splits;
+use nitro_device::HostArray;
 
 /// Side of the square images, in pixels.
 pub const IMAGE_SIDE: usize = render::SIDE;
@@ -84,14 +84,14 @@ pub fn generate_u8(n: usize, seed: u64, split: Split) -> (Vec<u8>, Vec<u8>) {
 /// `n` samples of `split` as fields `image` and `label`.
 pub fn generate_split(n: usize, seed: u64, split: Split) -> Result<InMemory, DataError> {
     let (images, labels) = generate_u8(n, seed, split);
-    let image = images.iter().map(|&v| v as f32 / 255.0).collect();
-    let label = labels.iter().map(|&v| v as i32).collect();
+    let image: Vec<f32> = images.iter().map(|&v| v as f32 / 255.0).collect();
+    let label: Vec<i32> = labels.iter().map(|&v| v as i32).collect();
     InMemory::from_pairs([
         (
             "image",
-            HostArray::from_vec(&[n, IMAGE_SIDE, IMAGE_SIDE], image)?,
+            HostArray::new(&[n, IMAGE_SIDE, IMAGE_SIDE], image)?,
         ),
-        ("label", HostArray::from_vec(&[n], label)?),
+        ("label", HostArray::new(&[n], label)?),
     ])
 }
 
@@ -125,8 +125,9 @@ pub fn write_idx_files(dir: impl AsRef<Path>, config: &DigitsConfig) -> Result<(
         ("t10k", config.test, Split::Test),
     ] {
         let (images, labels) = generate_u8(n, config.seed, split);
-        let images = HostArray::from_vec(&[n, IMAGE_SIDE, IMAGE_SIDE], images).map_err(to_load)?;
-        let labels = HostArray::from_vec(&[n], labels).map_err(to_load)?;
+        let images =
+            HostArray::new(&[n, IMAGE_SIDE, IMAGE_SIDE], images).map_err(|e| to_load(e.into()))?;
+        let labels = HostArray::new(&[n], labels).map_err(|e| to_load(e.into()))?;
         write_idx(dir.join(format!("{prefix}-images-idx3-ubyte")), &images)?;
         write_idx(dir.join(format!("{prefix}-labels-idx1-ubyte")), &labels)?;
     }

@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use super::{read_file, LoadError};
-use crate::array::HostArray;
 use crate::dataset::InMemory;
 use crate::fields::Fields;
+use nitro_device::HostArray;
 
 /// Which column holds the label.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,12 +134,12 @@ pub fn read_csv(path: impl AsRef<Path>, options: &CsvOptions) -> Result<InMemory
     let mut f = Fields::new();
     f.insert(
         "features",
-        HostArray::from_vec(&[rows, k], features).map_err(to_err)?,
+        HostArray::new(&[rows, k], features).map_err(|e| to_err(e.into()))?,
     )
     .map_err(to_err)?;
     f.insert(
         "label",
-        HostArray::from_vec(&[rows], labels).map_err(to_err)?,
+        HostArray::new(&[rows], labels).map_err(|e| to_err(e.into()))?,
     )
     .map_err(to_err)?;
     Ok(InMemory::new(f))

@@ -18,9 +18,10 @@ use flate2::write::GzEncoder;
 
 use super::error::At;
 use super::{read_file, write_file, LoadError};
-use crate::array::{DType, HostArray};
 use crate::dataset::InMemory;
+use crate::error::DataError;
 use crate::fields::Fields;
+use nitro_device::{DType, HostArray, HostBuffer};
 
 fn elem_size(code: u8) -> Option<usize> {
     Some(match code {
@@ -111,31 +112,34 @@ pub fn decode_idx(bytes: &[u8], name: &str) -> Result<HostArray, LoadError> {
     }
     let e = &data[body..];
     let arr = match code {
-        0x08 => HostArray::from_vec(&shape, e.to_vec()),
-        0x09 => HostArray::from_vec(&shape, e.iter().map(|&b| b as i8 as i32).collect()),
-        0x0B => HostArray::from_vec(
+        0x08 => HostArray::new(&shape, e.to_vec()),
+        0x09 => HostArray::new(
+            &shape,
+            e.iter().map(|&b| b as i8 as i32).collect::<Vec<_>>(),
+        ),
+        0x0B => HostArray::new(
             &shape,
             e.chunks(2)
                 .map(|c| i16::from_be_bytes([c[0], c[1]]) as i32)
-                .collect(),
+                .collect::<Vec<_>>(),
         ),
-        0x0C => HostArray::from_vec(
+        0x0C => HostArray::new(
             &shape,
             e.chunks(4)
                 .map(|c| i32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
+                .collect::<Vec<_>>(),
         ),
-        0x0D => HostArray::from_vec(
+        0x0D => HostArray::new(
             &shape,
             e.chunks(4)
                 .map(|c| f32::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
+                .collect::<Vec<_>>(),
         ),
-        _ => HostArray::from_vec(
+        _ => HostArray::new(
             &shape,
             e.chunks(8)
                 .map(|c| f64::from_be_bytes(c.try_into().unwrap()))
-                .collect(),
+                .collect::<Vec<_>>(),
         ),
     };
     arr.map_err(|e| at.err(body as u64, "elements matching the dims", e.to_string()))
@@ -165,15 +169,15 @@ pub fn encode_idx(array: &HostArray) -> Result<Vec<u8>, LoadError> {
     for &d in shape {
         out.extend_from_slice(&(d as u32).to_be_bytes());
     }
-    match array {
-        HostArray::U8(a) => out.extend(a.iter()),
-        HostArray::I32(a) => a
+    match array.data() {
+        HostBuffer::U8(a) => out.extend(a),
+        HostBuffer::I32(a) => a
             .iter()
             .for_each(|v| out.extend_from_slice(&v.to_be_bytes())),
-        HostArray::F32(a) => a
+        HostBuffer::F32(a) => a
             .iter()
             .for_each(|v| out.extend_from_slice(&v.to_be_bytes())),
-        HostArray::F64(a) => a
+        HostBuffer::F64(a) => a
             .iter()
             .for_each(|v| out.extend_from_slice(&v.to_be_bytes())),
         other => return Err(unsupported(other.dtype())),
@@ -210,13 +214,13 @@ pub fn read_idx_pair(
     let (ip, lp) = (images.as_ref(), labels.as_ref());
     let img = read_idx(ip)?;
     let lab = read_idx(lp)?;
-    let (Some(img), Some(lab)) = (img.as_u8(), lab.as_u8()) else {
+    let (Some(pixels), Some(classes)) = (img.as_slice::<u8>(), lab.as_slice::<u8>()) else {
         return Err(LoadError::Unsupported {
             file: format!("{} / {}", ip.display(), lp.display()),
             message: "expected u8 images and u8 labels (element type 0x08)".into(),
         });
     };
-    if lab.ndim() != 1 || img.ndim() < 2 || img.shape()[0] != lab.len() {
+    if lab.shape().len() != 1 || img.shape().len() < 2 || img.rows() != lab.rows() {
         return Err(LoadError::Unsupported {
             file: format!("{} / {}", ip.display(), lp.display()),
             message: format!(
@@ -226,11 +230,13 @@ pub fn read_idx_pair(
             ),
         });
     }
-    let image = HostArray::F32(img.mapv(|v| v as f32 / 255.0));
-    let label = HostArray::I32(lab.mapv(|v| v as i32));
+    let image: Vec<f32> = pixels.iter().map(|&v| v as f32 / 255.0).collect();
+    let label: Vec<i32> = classes.iter().map(|&v| v as i32).collect();
     let mut f = Fields::new();
-    f.insert("image", image)
-        .and_then(|_| f.insert("label", label))
+    HostArray::new(img.shape(), image)
+        .map_err(DataError::from)
+        .and_then(|image| f.insert("image", image))
+        .and_then(|_| f.insert("label", HostArray::new(lab.shape(), label)?))
         .map_err(|e| LoadError::Unsupported {
             file: ip.display().to_string(),
             message: e.to_string(),

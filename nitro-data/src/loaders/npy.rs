@@ -11,11 +11,9 @@
 
 use std::path::Path;
 
-use ndarray::{ArrayD, IxDyn, ShapeBuilder};
-
 use super::error::At;
 use super::{read_file, write_file, LoadError};
-use crate::array::{DType, HostArray};
+use nitro_device::{f16, DType, HostArray};
 
 const MAGIC: &[u8] = b"\x93NUMPY";
 
@@ -108,14 +106,14 @@ pub fn decode_npy(bytes: &[u8], name: &str) -> Result<HostArray, LoadError> {
     let size: usize = match kind {
         "f4" | "i4" | "u4" => 4,
         "f8" | "i8" => 8,
-        "i2" | "u2" => 2,
+        "f2" | "i2" | "u2" => 2,
         "u1" | "i1" | "b1" => 1,
         _ => {
             return Err(LoadError::Unsupported {
                 file: name.to_string(),
                 message: format!(
-                    "dtype '{descr}' is not supported (f4, f8, i1, i2, i4, i8, u1, u2, u4, b1 are)"
-                ),
+                "dtype '{descr}' is not supported (f2, f4, f8, i1, i2, i4, i8, u1, u2, u4, b1 are)"
+            ),
             })
         }
     };
@@ -133,63 +131,83 @@ pub fn decode_npy(bytes: &[u8], name: &str) -> Result<HostArray, LoadError> {
         ));
     }
     macro_rules! num {
-        ($t:ty, $n:expr, $v:ident, $conv:ty) => {{
-            let v: Vec<$conv> = data
+        ($t:ty, $n:expr, $conv:expr) => {{
+            let v: Vec<_> = data
                 .chunks_exact($n)
                 .map(|c| {
                     let b: [u8; $n] = c.try_into().expect("chunks_exact");
-                    (if big {
+                    $conv(if big {
                         <$t>::from_be_bytes(b)
                     } else {
                         <$t>::from_le_bytes(b)
-                    }) as $conv
+                    })
                 })
                 .collect();
-            HostArray::$v(build(&shape, fortran, v))
+            HostArray::new(&shape, c_order(&shape, fortran, v))
         }};
     }
-    Ok(match kind {
-        "f4" => num!(f32, 4, F32, f32),
-        "f8" => num!(f64, 8, F64, f64),
-        "i4" => num!(i32, 4, I32, i32),
-        "i8" => num!(i64, 8, I64, i64),
-        "i2" => num!(i16, 2, I32, i32),
-        "u2" => num!(u16, 2, I32, i32),
-        "u4" => num!(u32, 4, I64, i64),
-        "i1" => num!(i8, 1, I32, i32),
-        "u1" => HostArray::U8(build(&shape, fortran, data.to_vec())),
+    let array = match kind {
+        "f2" => num!(f16, 2, |x| x),
+        "f4" => num!(f32, 4, |x| x),
+        "f8" => num!(f64, 8, |x| x),
+        "i4" => num!(i32, 4, |x| x),
+        "i8" => num!(i64, 8, |x| x),
+        "i2" => num!(i16, 2, i32::from),
+        "u2" => num!(u16, 2, i32::from),
+        "u4" => num!(u32, 4, i64::from),
+        "i1" => num!(i8, 1, i32::from),
+        "u1" => HostArray::new(&shape, c_order(&shape, fortran, data.to_vec())),
         _ => {
             if let Some(p) = data.iter().position(|&b| b > 1) {
                 return Err(at.err((end + p) as u64, "bool byte 0 or 1", data[p].to_string()));
             }
-            HostArray::Bool(build(
-                &shape,
-                fortran,
-                data.iter().map(|&b| b == 1).collect(),
-            ))
+            let v = data.iter().map(|&b| b == 1).collect();
+            HostArray::new(&shape, c_order(&shape, fortran, v))
         }
-    })
-}
-
-/// A C-order array from values in C or Fortran order (length already checked).
-fn build<T: Clone>(shape: &[usize], fortran: bool, v: Vec<T>) -> ArrayD<T> {
-    let a = if fortran {
-        ArrayD::from_shape_vec(IxDyn(shape).f(), v)
-    } else {
-        ArrayD::from_shape_vec(IxDyn(shape), v)
     };
-    let a = a.expect("length checked against the shape");
-    if fortran {
-        a.as_standard_layout().into_owned()
-    } else {
-        a
-    }
+    array.map_err(|e| at.err(end as u64, "elements matching the shape", e.to_string()))
 }
 
-/// Encode as NPY 1.0, little-endian, C order.
+/// Values in C order from values in C or Fortran order (length already
+/// checked). Fortran order is the C order of the reversed shape, so each
+/// C-order index is read at its Fortran offset.
+fn c_order<T: Copy>(shape: &[usize], fortran: bool, v: Vec<T>) -> Vec<T> {
+    if !fortran || shape.iter().filter(|&&d| d > 1).count() < 2 {
+        return v;
+    }
+    let rank = shape.len();
+    let mut stride = vec![1usize; rank];
+    for d in 1..rank {
+        stride[d] = stride[d - 1] * shape[d - 1];
+    }
+    let mut index = vec![0usize; rank];
+    let mut out = Vec::with_capacity(v.len());
+    for _ in 0..v.len() {
+        out.push(v[index.iter().zip(&stride).map(|(i, s)| i * s).sum::<usize>()]);
+        for d in (0..rank).rev() {
+            index[d] += 1;
+            if index[d] < shape[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+    out
+}
+
+/// Encode as NPY 1.0, little-endian, C order. numpy has no bfloat16, so a
+/// bf16 array is written as f32 (every bf16 value is exactly an f32).
 pub fn encode_npy(array: &HostArray) -> Vec<u8> {
+    let widened;
+    let array = if array.dtype() == DType::BF16 {
+        widened = array.cast(DType::F32);
+        &widened
+    } else {
+        array
+    };
     let descr = match array.dtype() {
-        DType::F32 => "<f4",
+        DType::F16 => "<f2",
+        DType::F32 | DType::BF16 => "<f4",
         DType::F64 => "<f8",
         DType::I32 => "<i4",
         DType::I64 => "<i8",
@@ -218,22 +236,8 @@ pub fn encode_npy(array: &HostArray) -> Vec<u8> {
     out.extend_from_slice(&[1, 0]);
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
-    match array {
-        HostArray::F32(a) => a
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        HostArray::F64(a) => a
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        HostArray::I32(a) => a
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        HostArray::I64(a) => a
-            .iter()
-            .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-        HostArray::U8(a) => out.extend(a.iter()),
-        HostArray::Bool(a) => out.extend(a.iter().map(|&b| b as u8)),
-    }
+    // NPY's little-endian layout is the buffer's own (bool as one byte 0/1).
+    out.extend_from_slice(&array.data().to_le_bytes());
     out
 }
 

@@ -17,7 +17,7 @@ use flate2::read::DeflateDecoder;
 use super::error::At;
 use super::npy::decode_npy;
 use super::{read_file, LoadError};
-use crate::array::HostArray;
+use nitro_device::HostArray;
 
 /// Bounds-checked little-endian reads at absolute offsets.
 struct Bytes<'a> {

@@ -11,13 +11,16 @@ use rand_chacha::ChaCha8Rng;
 /// Flattened images `[n, 784]` and labels.
 pub fn xy(data: &InMemory) -> (Array2<f32>, Vec<usize>) {
     let f = data.as_fields();
-    let img = f.get("image").and_then(|a| a.as_f32()).expect("f32 image");
+    let img = f
+        .get("image")
+        .and_then(|a| a.as_slice::<f32>())
+        .expect("f32 image");
     let n = data.len();
-    let x = img
-        .to_shape((n, img.len() / n.max(1)))
-        .expect("contiguous")
-        .to_owned();
-    let y = f.get("label").and_then(|a| a.as_i32()).expect("i32 label");
+    let x = Array2::from_shape_vec((n, img.len() / n.max(1)), img.to_vec()).expect("[n, 784]");
+    let y = f
+        .get("label")
+        .and_then(|a| a.as_slice::<i32>())
+        .expect("i32 label");
     (x, y.iter().map(|&v| v as usize).collect())
 }
 

@@ -68,8 +68,8 @@ impl Value {
     /// downloaded; a staged upload has nothing to read yet).
     pub fn to_host(&self, shape: &[usize]) -> Result<Array> {
         match self {
-            Value::Host(a) => a.clone().reshape(shape),
-            Value::Cuda(b) => Array::new(shape, b.download().map_err(backend)?),
+            Value::Host(a) => Ok(a.clone().reshape(shape)?),
+            Value::Cuda(b) => Ok(Array::new(shape, b.download().map_err(backend)?)?),
             Value::Staged(spec, _) => Err(GraphError::Backend(format!(
                 "a staged upload ({spec}) is read by a program, not on the host"
             ))),

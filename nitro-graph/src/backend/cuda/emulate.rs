@@ -257,7 +257,10 @@ impl HostEmulation {
                     Storage::Slot(s) => &slots[s],
                     Storage::Virtual => unreachable!("outputs are always stored"),
                 };
-                Array::new(&spec.shape, memory.read(spec.dtype, spec.numel())?)
+                Ok(Array::new(
+                    &spec.shape,
+                    memory.read(spec.dtype, spec.numel())?,
+                )?)
             })
             .collect()
     }

@@ -209,10 +209,10 @@ impl CudaProgram {
             .map(|o| &graph.outputs[o])
             .zip(outs)
             .map(|(&(_, node), buf)| {
-                Array::new(
+                Ok(Array::new(
                     &graph.nodes[node].spec.shape,
                     buf.download().map_err(backend)?,
-                )
+                )?)
             })
             .collect()
     }
