@@ -15,12 +15,13 @@ use std::path::{Path, PathBuf};
 use nitro_ckpt::{
     BestBy, Checkpoint, Goal, Metadata, MetricsRow, Store, StoreConfig, TensorEntry, Value,
 };
-use nitro_graph::{Array, DType, Graph, HostBuffer, TensorSpec};
+use nitro_graph::{Array, DType, HostBuffer, TensorSpec};
 use nitro_markers::{Category, DeviceData, DeviceValue};
 
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
+use crate::structure::Structure;
 
 /// A checkpoint tensor of `a`: every dtype is stored as itself, bit for bit.
 fn entry(path: &str, a: &Array) -> Result<TensorEntry> {
@@ -66,88 +67,6 @@ fn device_value(a: &Array) -> DeviceValue {
     DeviceValue {
         shape: a.shape().to_vec(),
         data,
-    }
-}
-
-/// The model's identity as traced: the forward graph's content hash at a
-/// width, and its op counts (to say what differs).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Structure {
-    pub width: usize,
-    pub hash: String,
-    pub ops: BTreeMap<String, u64>,
-}
-
-impl Structure {
-    pub fn of(graph: &Graph, width: usize) -> Structure {
-        let mut ops = BTreeMap::new();
-        for node in &graph.nodes {
-            *ops.entry(node.op.name()).or_insert(0) += 1;
-        }
-        Structure {
-            width,
-            hash: graph.content_hash(),
-            ops,
-        }
-    }
-
-    fn to_value(&self) -> Value {
-        Value::Map(
-            [
-                ("width".to_string(), Value::UInt(self.width as u64)),
-                ("hash".to_string(), Value::Text(self.hash.clone())),
-                (
-                    "ops".to_string(),
-                    Value::Map(
-                        self.ops
-                            .iter()
-                            .map(|(k, v)| (k.clone(), Value::UInt(*v)))
-                            .collect(),
-                    ),
-                ),
-            ]
-            .into(),
-        )
-    }
-
-    fn from_value(v: &Value) -> Option<Structure> {
-        let Value::Map(m) = v else { return None };
-        let uint = |v: &Value| match v {
-            Value::UInt(u) => Some(*u),
-            Value::Int(i) => u64::try_from(*i).ok(),
-            _ => None,
-        };
-        let Value::Text(hash) = m.get("hash")? else {
-            return None;
-        };
-        let Value::Map(ops) = m.get("ops")? else {
-            return None;
-        };
-        Some(Structure {
-            width: uint(m.get("width")?)? as usize,
-            hash: hash.clone(),
-            ops: ops
-                .iter()
-                .filter_map(|(k, v)| Some((k.clone(), uint(v)?)))
-                .collect(),
-        })
-    }
-
-    /// The op counts that differ, `name a -> b`.
-    fn op_changes(&self, now: &Structure) -> Vec<String> {
-        let mut names: Vec<&String> = self.ops.keys().chain(now.ops.keys()).collect();
-        names.sort();
-        names.dedup();
-        names
-            .into_iter()
-            .filter_map(|n| {
-                let (a, b) = (
-                    self.ops.get(n).copied().unwrap_or(0),
-                    now.ops.get(n).copied().unwrap_or(0),
-                );
-                (a != b).then(|| format!("{n} x{a} -> x{b}"))
-            })
-            .collect()
     }
 }
 
@@ -282,18 +201,18 @@ impl<E: Experiment> Nitro<E> {
             .into(),
             ..Metadata::default()
         });
-        for ((n, _), a) in self.programs.layout.params.iter().zip(&self.params) {
+        for ((n, _), a) in self.programs.layout.params.iter().zip(&self.values.params) {
             ckpt.push("params", entry(n, a)?);
         }
-        for ((n, _), a) in self.programs.layout.state.iter().zip(&self.state) {
+        for ((n, _), a) in self.programs.layout.state.iter().zip(&self.values.state) {
             ckpt.push("state", entry(n, a)?);
         }
         for (tree, names, range) in self.slot_trees() {
-            for ((n, _), a) in names.iter().zip(&self.opt[range]) {
+            for ((n, _), a) in names.iter().zip(&self.values.opt[range]) {
                 ckpt.push(&tree, entry(n, a)?);
             }
         }
-        for ((n, _), a) in self.programs.layout.device.iter().zip(&self.device) {
+        for ((n, _), a) in self.programs.layout.device.iter().zip(&self.values.device) {
             ckpt.push("device", entry(n, a)?);
         }
         Ok(ckpt)
@@ -305,7 +224,7 @@ impl<E: Experiment> Nitro<E> {
         metrics: &BTreeMap<String, f64>,
     ) -> Result<PathBuf> {
         // The sync point: a GPU run's values come back before they are saved.
-        self.sync_host()?;
+        self.values.sync_host()?;
         let ckpt = self.checkpoint()?;
         let mut metrics = metrics.clone();
         if let Some((m, _, maximize)) = &self.frozen.run.checkpointer.best {
@@ -460,10 +379,10 @@ impl<E: Experiment> Nitro<E> {
             .map(|(n, s)| (n.to_string(), s.clone()))
             .collect();
         let device = load("device", &device_specs)?;
-        self.params = params;
-        self.state = state;
-        self.opt = opt;
-        self.host_replaced();
+        self.values.params = params;
+        self.values.state = state;
+        self.values.opt = opt;
+        self.values.host_replaced();
         // The experiment's Device fields are written back too, so
         // `device_value` and a rebuild from `experiment()` see the restored
         // values, not the construction defaults.
@@ -474,9 +393,9 @@ impl<E: Experiment> Nitro<E> {
                 continue;
             }
             self.e.set_device_value(name, &device_value(&a))?;
-            self.device[i] = a;
+            self.values.device[i] = a;
         }
-        self.device_values_changed();
+        self.values.device_values_changed();
         self.progress.position.step = meta.step;
         self.progress.position.epoch = meta.epoch;
         self.progress.position.batch = meta.position_in_epoch as usize;

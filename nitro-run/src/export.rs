@@ -85,7 +85,7 @@ impl<E: Experiment> Nitro<E> {
             .program_on(&Kind::Predict { width }, Device::Cpu)
             .map_err(Box::new)?;
         let mut graph: Graph = compiled.program().graph().clone();
-        self.sync_host().map_err(Box::new)?;
+        self.values.sync_host().map_err(Box::new)?;
         self.assert_host_fresh();
         let leaves: Vec<String> = graph
             .outputs
@@ -128,8 +128,8 @@ impl<E: Experiment> Nitro<E> {
             .cloned()
             .collect();
         let groups = [
-            (&mut file.params, &layout.params, &self.params),
-            (&mut file.state, &layout.state, &self.state),
+            (&mut file.params, &layout.params, &self.values.params),
+            (&mut file.state, &layout.state, &self.values.state),
         ];
         for (tree, names, arrays) in groups {
             tree.extend(
@@ -144,7 +144,7 @@ impl<E: Experiment> Nitro<E> {
                 .device
                 .iter()
                 .map(|(n, _)| n.to_string())
-                .zip(self.device.iter().cloned()),
+                .zip(self.values.device.iter().cloned()),
         );
         let path = path.as_ref().to_path_buf();
         file.save(&path)?;

@@ -14,17 +14,17 @@ use nitro_data::{ShortBatch, Splits};
 use nitro_graph::{Array, TensorSpec};
 use nitro_markers::{Category, DeviceInput};
 
-use crate::ckpt::Structure;
 use crate::convert::{device_spec, device_to_array, signature};
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::layout::Kind;
 use crate::metric::Metric;
-use crate::placement::{BatchInputs, Placement};
+use crate::placement::{BatchInputs, Values};
 use crate::programs::{Compiled, Programs};
 use crate::report::{report_enabled, Probes, RunValues};
 use crate::run_state::RunState;
 use crate::schedule::Schedule;
+use crate::structure::Structure;
 
 /// What setup resolved once and the handle never re-reads: run values,
 /// routing, metrics, schedules, and the model's structure.
@@ -55,14 +55,8 @@ pub struct Nitro<E: Experiment> {
     pub(crate) programs: Programs,
     pub(crate) frozen: Frozen,
     pub(crate) progress: RunState,
-    // The values programs run on (host arrays; resident copies on a GPU).
-    pub(crate) params: Vec<Array>,
-    pub(crate) state: Vec<Array>,
-    pub(crate) opt: Vec<Array>,
-    pub(crate) device: Vec<Array>,
-    /// Where programs run; on a GPU, the resident copies of
-    /// params/state/opt/device (see `placement`).
-    pub(crate) placement: Placement,
+    /// The values programs run on and where they live (see `placement`).
+    pub(crate) values: Values,
     pub(crate) reported: bool,
 }
 
@@ -100,22 +94,37 @@ impl<E: Experiment> Nitro<E> {
     /// back before any entry point returns).
     pub fn params(&self) -> BTreeMap<String, Array> {
         self.assert_host_fresh();
-        named(&self.programs.layout.params, &self.params)
+        named(&self.programs.layout.params, &self.values.params)
     }
 
     /// Model state by path (host copies, current as for [`Nitro::params`]).
     pub fn state(&self) -> BTreeMap<String, Array> {
         self.assert_host_fresh();
-        named(&self.programs.layout.state, &self.state)
+        named(&self.programs.layout.state, &self.values.state)
     }
 
     /// Every host read of params/state/opt happens after the sync point
     /// (see `placement`); a read before it would be a nitro bug.
     pub(crate) fn assert_host_fresh(&self) {
         debug_assert!(
-            self.placement.host_fresh(),
+            self.values.host_fresh(),
             "nitro bug: host params read before the GPU sync point"
         );
+    }
+
+    /// Runs this handle's programs on `device` from now on: `Device::Cpu`,
+    /// or `Device::Cuda(n)` (feature `cuda`, a driver and a GPU `n`). The
+    /// GPU is opened now, so a missing driver is an error here, naming the
+    /// fix, not at the first step. Switching back syncs the values to the
+    /// host and frees the GPU copies. Programs compile on first use per
+    /// device (the device is part of every compile key).
+    pub fn use_device(&mut self, device: nitro_graph::Device) -> Result<()> {
+        self.values.use_device(device)
+    }
+
+    /// The device this handle's programs run on.
+    pub fn execution_device(&self) -> nitro_graph::Device {
+        self.values.device()
     }
 
     /// The model structure.
@@ -159,8 +168,8 @@ impl<E: Experiment> Nitro<E> {
     /// (`early_stop`, `checkpointer`, `logger`) are never probed.
     pub fn config_report(&self) -> String {
         let mut text = self.frozen.run.report(E::experiment_name());
-        if self.placement.device() != nitro_graph::Device::Cpu {
-            text.push_str(&format!("\n  programs run on {}", self.placement.device()));
+        if self.values.device() != nitro_graph::Device::Cpu {
+            text.push_str(&format!("\n  programs run on {}", self.values.device()));
         }
         for line in self.frozen.probes.drift(&Probes::of(&self.e)) {
             text.push_str("\n  ");
@@ -171,7 +180,7 @@ impl<E: Experiment> Nitro<E> {
 
     /// The program for `kind` on this handle's device (memoized).
     pub(crate) fn program(&mut self, kind: &Kind) -> Result<Compiled> {
-        self.program_on(kind, self.placement.device())
+        self.program_on(kind, self.values.device())
     }
 
     /// The program for `kind` compiled for `device` (export wants the
@@ -243,8 +252,8 @@ impl<E: Experiment> Nitro<E> {
             ));
         }
         self.e.set_device_value(name, &value)?;
-        self.device[index] = device_to_array(&value);
-        self.device_values_changed();
+        self.values.device[index] = device_to_array(&value);
+        self.values.device_values_changed();
         Ok(())
     }
 
@@ -293,8 +302,9 @@ impl<E: Experiment> Nitro<E> {
         with_opt: bool,
         middle: Vec<Array>,
         tail: BatchInputs,
-        after_launch: impl FnOnce(&Self) -> Result<()>,
+        after_launch: impl FnOnce(&Values) -> Result<()>,
     ) -> Result<Vec<Array>> {
-        self.run_placed(&compiled.exe, with_opt, middle, tail, after_launch)
+        self.values
+            .run_placed(&compiled.exe, with_opt, middle, tail, after_launch)
     }
 }

@@ -1,4 +1,4 @@
-//! Where a handle's programs run ([`Nitro::use_device`]) and where its
+//! Where a handle's programs run (`Nitro::use_device`) and where its
 //! params, state, optimizer slots and Device values live between calls.
 //!
 //! Device-neutral: it is written against nitro-graph's [`Runtime`] (an
@@ -20,19 +20,19 @@
 //! **Overlap.** The train loop hands each step a hook that runs once the
 //! step is queued on the GPU and before its loss is read back: it takes
 //! the next window (gathered meanwhile on another thread) and queues its
-//! upload on the copy stream ([`Nitro::prepare_batch`]), so the next
+//! upload on the copy stream ([`Values::prepare_batch`]), so the next
 //! batch's transfer runs while the current step computes. The next step's
 //! main stream waits on that copy's event, on the device.
 //!
 //! **One sync point.** After a train step the host copies of params, state
-//! and optimizer slots are stale. [`Nitro::sync_host`] is the only way
+//! and optimizer slots are stale. [`Values::sync_host`] is the only way
 //! they become fresh again, and it runs before every host read: each
 //! checkpoint save, `export`, and the end of every `train()` call, whatever
 //! way it ends (finished, interrupted, early stop, error). So the public
 //! readers (`params()`, `state()`, `checkpoint`, safetensors) always see
 //! the latest values, and they assert it in debug builds. Host writes go
 //! the other way: a resume or a safetensors load replaces the host arrays
-//! and drops the resident copies ([`Nitro::host_replaced`]); a Device value
+//! and drops the resident copies ([`Values::host_replaced`]); a Device value
 //! written on the host (`set_device`, a schedule) marks the resident Device
 //! values dirty and they are uploaded before the next call.
 
@@ -40,11 +40,9 @@ use nitro_device::DeviceError;
 use nitro_graph::{Array, Device, Executable, GraphError, Runtime, Value};
 
 use crate::error::{Result, RunError};
-use crate::experiment::Experiment;
-use crate::handle::Nitro;
 
 /// A step's batch inputs: host arrays, or values already on their way to
-/// the device (staged by [`Nitro::prepare_batch`]).
+/// the device (staged by [`Values::prepare_batch`]).
 pub(crate) enum BatchInputs {
     /// On the host; a GPU call stages them when it runs.
     Host(Vec<Array>),
@@ -55,8 +53,23 @@ pub(crate) enum BatchInputs {
 /// The fix named by every error about running on a GPU.
 const CPU_FIX: &str = "run on the CPU with `--device cpu` (`Device::Cpu`)";
 
-/// The handle's execution device and, on a GPU, its resident values.
-pub(crate) struct Placement {
+/// The handle's value store: params, state, optimizer slots and Device
+/// values on the host, and where programs run with, on a GPU, their
+/// resident copies. The only place that moves them in and out of programs.
+pub(crate) struct Values {
+    /// Parameters, in the layout's order.
+    pub params: Vec<Array>,
+    /// Model state, in the layout's order.
+    pub state: Vec<Array>,
+    /// Optimizer slots: slot `k` of every parameter, slot after slot.
+    pub opt: Vec<Array>,
+    /// Device fields' values, in declaration order.
+    pub device: Vec<Array>,
+    placement: Placement,
+}
+
+/// The execution device and, on a GPU, the resident values.
+struct Placement {
     runtime: Runtime,
     /// Whether the host params/state/opt are older than the resident ones.
     host_stale: bool,
@@ -74,23 +87,8 @@ struct Resident {
 }
 
 impl Placement {
-    /// Programs run on the CPU; the host arrays are the only copy.
-    pub(crate) fn cpu() -> Placement {
-        Placement {
-            runtime: Runtime::Cpu,
-            host_stale: false,
-            resident: None,
-        }
-    }
-
-    /// The device programs run on.
-    pub(crate) fn device(&self) -> Device {
+    fn device(&self) -> Device {
         self.runtime.device()
-    }
-
-    /// Whether the host params/state/opt hold the latest values.
-    pub(crate) fn host_fresh(&self) -> bool {
-        !self.host_stale
     }
 }
 
@@ -140,14 +138,44 @@ fn open_error(device: Device, e: DeviceError) -> RunError {
     }
 }
 
-impl<E: Experiment> Nitro<E> {
+impl Values {
+    /// Values on the host, programs on the CPU.
+    pub(crate) fn on_cpu(
+        params: Vec<Array>,
+        state: Vec<Array>,
+        opt: Vec<Array>,
+        device: Vec<Array>,
+    ) -> Values {
+        Values {
+            params,
+            state,
+            opt,
+            device,
+            placement: Placement {
+                runtime: Runtime::Cpu,
+                host_stale: false,
+                resident: None,
+            },
+        }
+    }
+
+    /// The device programs run on.
+    pub(crate) fn device(&self) -> Device {
+        self.placement.device()
+    }
+
+    /// Whether the host params/state/opt hold the latest values.
+    pub(crate) fn host_fresh(&self) -> bool {
+        !self.placement.host_stale
+    }
+
     /// Runs this handle's programs on `device` from now on: `Device::Cpu`,
     /// or `Device::Cuda(n)` (feature `cuda`, a driver and a GPU `n`). The
     /// GPU is opened now, so a missing driver is an error here, naming the
     /// fix, not at the first step. Switching back syncs the values to the
     /// host and frees the GPU copies. Programs compile on first use per
     /// device (the device is part of every compile key).
-    pub fn use_device(&mut self, device: Device) -> Result<()> {
+    pub(crate) fn use_device(&mut self, device: Device) -> Result<()> {
         if device == self.placement.device() {
             return Ok(());
         }
@@ -163,11 +191,6 @@ impl<E: Experiment> Nitro<E> {
             resident: None,
         };
         Ok(())
-    }
-
-    /// The device this handle's programs run on.
-    pub fn execution_device(&self) -> Device {
-        self.placement.device()
     }
 
     /// The sync point: copies the resident params, state and optimizer
@@ -244,7 +267,7 @@ impl<E: Experiment> Nitro<E> {
         with_opt: bool,
         middle: Vec<Array>,
         tail: BatchInputs,
-        after_launch: impl FnOnce(&Self) -> Result<()>,
+        after_launch: impl FnOnce(&Values) -> Result<()>,
     ) -> Result<Vec<Array>> {
         let exec = |source: GraphError| RunError::Exec {
             program: exe.name().to_string(),
@@ -274,7 +297,7 @@ impl<E: Experiment> Nitro<E> {
         Ok(outs)
     }
 
-    /// [`Nitro::run_placed`] for a device program: the handle's values are
+    /// [`Values::run_placed`] for a device program: the handle's values are
     /// made resident on first use (and Device values re-uploaded when they
     /// changed); scalars are copied now on the main stream (idle here: the
     /// last call read its outputs back, so they take no pinned slot) and
@@ -285,7 +308,7 @@ impl<E: Experiment> Nitro<E> {
         with_opt: bool,
         middle: Vec<Array>,
         tail: BatchInputs,
-        after_launch: impl FnOnce(&Self) -> Result<()>,
+        after_launch: impl FnOnce(&Values) -> Result<()>,
     ) -> Result<Vec<Array>> {
         let device = self.placement.device();
         let exec = |source: GraphError| RunError::Exec {

@@ -17,14 +17,17 @@ use std::sync::{Arc, LazyLock};
 
 use nitro_cache::{CompileCache, KeyBuilder, Outcome};
 
-use nitro_graph::exec::signature::{input_name, Role, Signature};
-use nitro_graph::{CompileOptions, Device, Graph};
+use nitro_graph::exec::signature::{input_name, Bound, Role, Signature};
+use nitro_graph::{CompileOptions, Device, Graph, Tensor, Tracer};
 
 use crate::convert::signature as signature_text;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::layout::{donated_roles, signature, Kind, Layout};
-use crate::trace::{trace_body, trace_graph, Returned};
+use crate::layout::{PAD_A, PAD_B};
+use crate::trace::{
+    apply, graph_error, micro_batch, trace_graph, HookArgs, LossTrace, Outputs, Returned,
+};
 
 /// The process-wide compile cache every handle shares: a second handle on
 /// the same experiment with the same GraphConst values compiles nothing.
@@ -256,4 +259,57 @@ fn build(graph: Graph, options: CompileOptions, kind: &Kind, device: Device) -> 
         source: Box::new(source),
     };
     Executable::compile_graph(graph, options, device).map_err(compile_error)
+}
+
+fn leaves(micro: Option<usize>, outputs: Vec<(String, Tensor)>) -> Outputs {
+    outputs
+        .into_iter()
+        .map(|(path, t)| (Returned::Leaf { micro, path }, t))
+        .collect()
+}
+
+/// The body of `kind` over the traced inputs `bound`.
+fn trace_body<E: Experiment>(
+    e: &E,
+    model: &E::Model,
+    layout: &Layout,
+    kind: &Kind,
+    tracer: &Tracer,
+    bound: &Bound<'_, Tensor>,
+) -> Result<Outputs> {
+    let program = kind.name();
+    let device = bound.tree(Role::Device);
+    let view = e.compile_view(|name| device[name].clone());
+    let args = HookArgs::<E> {
+        view: &view,
+        model,
+        layout,
+        width: kind.width(),
+    };
+    let ps = bound.tree(Role::Params);
+    let st = bound.tree(Role::State);
+    match kind {
+        Kind::Predict { .. } => {
+            let traced = apply::<E>(&args, &ps, &st, &micro_batch(bound, 0), LossTrace::None)?;
+            Ok(leaves(None, traced.outputs))
+        }
+        Kind::Eval { .. } => {
+            let traced = apply::<E>(
+                &args,
+                &ps,
+                &st,
+                &micro_batch(bound, 0),
+                LossTrace::WithLastRow,
+            )?;
+            let h = |name| bound.get(Role::Hyper, name).map_err(graph_error(program));
+            let (la, lb) = (
+                traced.loss.expect("eval traces the loss"),
+                traced.loss_last_row.expect("eval traces the last-row loss"),
+            );
+            let mut out = vec![(Returned::Loss, la * h(PAD_A)? - lb * h(PAD_B)?)];
+            out.extend(leaves(None, traced.outputs));
+            Ok(out)
+        }
+        Kind::Train { .. } => crate::train_step::trace::<E>(&args, kind, tracer, bound, ps, st),
+    }
 }

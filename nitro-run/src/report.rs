@@ -10,7 +10,6 @@ use nitro_data::ShortBatch;
 use crate::error::{Result, RunError};
 use crate::experiment::{Checkpointer, Experiment, Logger, Progress};
 use crate::optim::Optimizer;
-use crate::setup::{batches_per_epoch, RunOverrides};
 
 static REPORT: AtomicBool = AtomicBool::new(true);
 
@@ -227,4 +226,25 @@ pub fn config_table(experiment: &str, meta: &[nitro_markers::FieldMeta]) -> Stri
         out += &line(r);
     }
     out
+}
+
+/// Run values a driver (the CLI) sets for one run, resolved before the
+/// handle is built, so the handle and its report see them from the start
+/// and they are never mistaken for a redefined accessor.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunOverrides {
+    /// Replaces `run_dir()`.
+    pub run_dir: Option<PathBuf>,
+    /// Replaces `max_epochs()`.
+    pub max_epochs: Option<u64>,
+    /// No progress display.
+    pub quiet: bool,
+}
+
+/// Batches in one epoch of `n_train` samples under the short-batch policy.
+pub(crate) fn batches_per_epoch(n_train: usize, batch_size: usize, short: ShortBatch) -> u64 {
+    (match short {
+        ShortBatch::Drop => n_train / batch_size,
+        ShortBatch::PadWithMask => n_train.div_ceil(batch_size),
+    }) as u64
 }

@@ -42,7 +42,7 @@ impl<E: Experiment> Nitro<E> {
                 mismatches,
             });
         }
-        self.params = self
+        self.values.params = self
             .programs
             .layout
             .params
@@ -52,7 +52,7 @@ impl<E: Experiment> Nitro<E> {
         // Host params are the truth now; GPU copies (if any) are dropped.
         // The host state and slots were current already (every entry point
         // syncs before it returns).
-        self.host_replaced();
+        self.values.host_replaced();
         Ok(())
     }
 }

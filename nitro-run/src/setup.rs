@@ -3,10 +3,9 @@
 //! (forward's outputs, schedule targets, metrics and the monitored metric
 //! names). Compiles nothing.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
-use nitro_data::{Dataset, HookFields, RoutingPlan, ShortBatch, Splits};
+use nitro_data::{Dataset, HookFields, RoutingPlan, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::{Array, DType, TensorSpec};
 use nitro_markers::{BatchFields, Recipe};
@@ -17,22 +16,10 @@ use crate::experiment::Experiment;
 use crate::handle::{Frozen, Nitro};
 use crate::layout::{Kind, Layout};
 use crate::metric::Metric;
+use crate::placement::Values;
 use crate::programs::Programs;
-use crate::report::{Probes, RunValues};
+use crate::report::{Probes, RunOverrides, RunValues};
 use crate::run_state::RunState;
-
-/// Run values a driver (the CLI) sets for one run, resolved before the
-/// handle is built, so the handle and its report see them from the start
-/// and they are never mistaken for a redefined accessor.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunOverrides {
-    /// Replaces `run_dir()`.
-    pub run_dir: Option<PathBuf>,
-    /// Replaces `max_epochs()`.
-    pub max_epochs: Option<u64>,
-    /// No progress display.
-    pub quiet: bool,
-}
 
 fn hook_fields<F: BatchFields<nitro_graph::Tensor>>(hook: &str) -> HookFields {
     if F::takes_whole_batch() {
@@ -176,7 +163,7 @@ impl<E: Experiment> Nitro<E> {
         for m in metrics.iter().chain(&train_metrics) {
             check_metric(m, &leaves, &dataset_fields, &mut metric_fields)?;
         }
-        let structure = crate::ckpt::Structure::of(&graph, width);
+        let structure = crate::structure::Structure::of(&graph, width);
         let opt = (0..run.optimizer.slots())
             .flat_map(|_| programs.layout.params.iter().map(|(_, s)| Array::zeros(s)))
             .collect();
@@ -191,15 +178,8 @@ impl<E: Experiment> Nitro<E> {
         tracing::info!(target: "nitro::setup", experiment = E::experiment_name(), train = data.train.len(), params = programs.layout.params.len(), "setup done");
         Ok(Nitro {
             model: parts.model,
-            params: parts.params.into_values().collect(),
-            state: parts.state.into_values().collect(),
-            device: device_values
-                .iter()
-                .map(|(_, v)| device_to_array(v))
-                .collect(),
             e,
             data,
-            opt,
             programs,
             frozen: Frozen {
                 run,
@@ -213,7 +193,15 @@ impl<E: Experiment> Nitro<E> {
                 derived,
             },
             progress: RunState::new(stopper),
-            placement: crate::placement::Placement::cpu(),
+            values: Values::on_cpu(
+                parts.params.into_values().collect(),
+                parts.state.into_values().collect(),
+                opt,
+                device_values
+                    .iter()
+                    .map(|(_, v)| device_to_array(v))
+                    .collect(),
+            ),
             reported: false,
         })
     }
@@ -310,12 +298,4 @@ fn check_monitored(
         }
     }
     Ok(())
-}
-
-/// `ShortBatch` re-exported where setup resolves it.
-pub(crate) fn batches_per_epoch(n_train: usize, batch_size: usize, short: ShortBatch) -> u64 {
-    (match short {
-        ShortBatch::Drop => n_train / batch_size,
-        ShortBatch::PadWithMask => n_train.div_ceil(batch_size),
-    }) as u64
 }

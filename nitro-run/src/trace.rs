@@ -33,7 +33,7 @@ use nitro_markers::{BatchFields, Tree};
 
 use crate::error::{Result, RunError};
 use crate::experiment::{Experiment, Tensors};
-use crate::layout::{Kind, Layout, PAD_A, PAD_B};
+use crate::layout::Layout;
 
 /// What one output of a program is. Programs are traced with these, the
 /// flat output names are derived from them, and callers find outputs by
@@ -225,59 +225,6 @@ pub(crate) fn graph_error(program: &'static str) -> impl Fn(GraphError) -> RunEr
 /// Micro-batch `i`'s fields by name.
 pub(crate) fn micro_batch(bound: &Bound<'_, Tensor>, i: usize) -> BTreeMap<String, Tensor> {
     bound.tree(Role::Batch(i))
-}
-
-fn leaves(micro: Option<usize>, outputs: Vec<(String, Tensor)>) -> Outputs {
-    outputs
-        .into_iter()
-        .map(|(path, t)| (Returned::Leaf { micro, path }, t))
-        .collect()
-}
-
-/// The body of `kind` over the traced inputs `bound`.
-pub(crate) fn trace_body<E: Experiment>(
-    e: &E,
-    model: &E::Model,
-    layout: &Layout,
-    kind: &Kind,
-    tracer: &Tracer,
-    bound: &Bound<'_, Tensor>,
-) -> Result<Outputs> {
-    let program = kind.name();
-    let device = bound.tree(Role::Device);
-    let view = e.compile_view(|name| device[name].clone());
-    let args = HookArgs::<E> {
-        view: &view,
-        model,
-        layout,
-        width: kind.width(),
-    };
-    let ps = bound.tree(Role::Params);
-    let st = bound.tree(Role::State);
-    match kind {
-        Kind::Predict { .. } => {
-            let traced = apply::<E>(&args, &ps, &st, &micro_batch(bound, 0), LossTrace::None)?;
-            Ok(leaves(None, traced.outputs))
-        }
-        Kind::Eval { .. } => {
-            let traced = apply::<E>(
-                &args,
-                &ps,
-                &st,
-                &micro_batch(bound, 0),
-                LossTrace::WithLastRow,
-            )?;
-            let h = |name| bound.get(Role::Hyper, name).map_err(graph_error(program));
-            let (la, lb) = (
-                traced.loss.expect("eval traces the loss"),
-                traced.loss_last_row.expect("eval traces the last-row loss"),
-            );
-            let mut out = vec![(Returned::Loss, la * h(PAD_A)? - lb * h(PAD_B)?)];
-            out.extend(leaves(None, traced.outputs));
-            Ok(out)
-        }
-        Kind::Train { .. } => crate::train_step::trace::<E>(&args, kind, tracer, bound, ps, st),
-    }
 }
 
 /// Traces `body` over `sig`: the graph and the typed outputs in graph

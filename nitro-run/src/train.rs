@@ -100,7 +100,7 @@ impl<E: Experiment> Nitro<E> {
                 .iter()
                 .position(|(n, _)| n == target)
             {
-                self.device[i] = Array::scalar_f32(v as f32);
+                self.values.device[i] = Array::scalar_f32(v as f32);
                 let value = DeviceValue {
                     shape: vec![],
                     data: DeviceData::F32(vec![v as f32]),
@@ -111,7 +111,7 @@ impl<E: Experiment> Nitro<E> {
             }
         }
         if device_changed {
-            self.device_values_changed();
+            self.values.device_values_changed();
         }
         let mut out: Vec<Array> = self
             .frozen
@@ -174,7 +174,7 @@ impl<E: Experiment> Nitro<E> {
     /// before each checkpoint and when this returns, however it returns.
     pub fn train(&mut self) -> Result<TrainReport> {
         let trained = self.train_loop();
-        let synced = self.sync_host();
+        let synced = self.values.sync_host();
         let report = trained?;
         synced?;
         Ok(report)
