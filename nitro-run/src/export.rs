@@ -27,7 +27,7 @@ use nitro_graph::{Array, CompileOptions, Device, Executable, Graph, TensorSpec};
 use crate::convert::to_array;
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
-use crate::infer::{concat_outputs, slice_rows};
+use crate::infer::concat_outputs;
 use crate::layout::Kind;
 use crate::metric::HostOutputs;
 use nitro_graph::exec::signature::{parse_input_name, Role};
@@ -332,18 +332,23 @@ impl Exported {
                     .iter()
                     .zip(out)
                     .map(|(n, a)| {
-                        (
-                            n.strip_prefix("out/").unwrap_or(n).to_string(),
-                            slice_rows(&a, real),
-                        )
+                        let leaf = n.strip_prefix("out/").unwrap_or(n).to_string();
+                        let sliced =
+                            nitro_data::slice_leaf(&leaf, &a, self.width, real).map_err(|e| {
+                                ExportError::Input {
+                                    field: leaf.clone(),
+                                    reason: e.to_string(),
+                                }
+                            })?;
+                        Ok((leaf, sliced))
                     })
-                    .collect(),
+                    .collect::<Result<_, ExportError>>()?,
             );
             start = end;
             if start >= rows {
                 break;
             }
         }
-        Ok(concat_outputs(parts))
+        concat_outputs(parts).map_err(|e| Box::new(e).into())
     }
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use nitro_data::{Batch, Dataset, InMemory, PadFill};
-use nitro_graph::{Array, HostBuffer};
+use nitro_graph::Array;
 
 use crate::convert::to_array;
 use crate::error::{Result, RunError};
@@ -29,82 +29,50 @@ fn pad(batch: &Batch, width: usize) -> Result<(Option<Batch>, usize)> {
     Ok((Some(padded), real))
 }
 
-/// The first `rows` rows of `a`.
-pub(crate) fn slice_rows(a: &Array, rows: usize) -> Array {
-    if a.shape().first() == Some(&rows) {
-        return a.clone();
-    }
-    let mut shape = a.shape().to_vec();
-    let per: usize = shape[1..].iter().product();
-    shape[0] = rows;
-    let n = rows * per;
-    let buffer: HostBuffer = match a.data() {
-        HostBuffer::F32(v) => v[..n].to_vec().into(),
-        HostBuffer::F64(v) => v[..n].to_vec().into(),
-        HostBuffer::I32(v) => v[..n].to_vec().into(),
-        HostBuffer::I64(v) => v[..n].to_vec().into(),
-        _ => a.to_f32_vec()[..n].to_vec().into(),
-    };
-    Array::new(&shape, buffer).expect("a row prefix keeps the shape consistent")
-}
-
 /// Forward's output leaves of micro-batch `micro` among a program's
-/// returned values, sliced to `real` rows.
+/// returned values (computed at `width` rows), sliced to their `real` rows
+/// by nitro-data's checked `slice_leaf`.
 pub(crate) fn leaves_of(
     compiled: &Compiled,
     out: &[Array],
     micro: Option<usize>,
+    width: usize,
     real: usize,
-) -> HostOutputs {
-    compiled
-        .returned
-        .iter()
-        .zip(out)
-        .filter_map(|(r, a)| match r {
-            Returned::Leaf { micro: m, path } if *m == micro => {
-                Some((path.clone(), slice_rows(a, real)))
+) -> Result<HostOutputs> {
+    let mut leaves = HostOutputs::new();
+    for (r, a) in compiled.returned.iter().zip(out) {
+        if let Returned::Leaf { micro: m, path } = r {
+            if *m == micro {
+                let sliced = nitro_data::slice_leaf(path, a, width, real).map_err(|_| {
+                    RunError::OutputWithoutBatch {
+                        leaf: path.clone(),
+                        shape: a.shape().to_vec(),
+                        width,
+                    }
+                })?;
+                leaves.insert(path.clone(), sliced);
             }
-            _ => None,
-        })
-        .collect()
-}
-
-pub(crate) fn concat_outputs(mut parts: Vec<HostOutputs>) -> HostOutputs {
-    if parts.len() == 1 {
-        return parts.pop().unwrap_or_default();
-    }
-    let mut out = HostOutputs::new();
-    let Some(first) = parts.first() else {
-        return out;
-    };
-    for name in first.keys() {
-        let arrays: Vec<&Array> = parts.iter().filter_map(|p| p.get(name)).collect();
-        let mut shape = arrays[0].shape().to_vec();
-        shape[0] = arrays.iter().map(|a| a.shape()[0]).sum();
-        let dtype = arrays[0].dtype();
-        let joined = if dtype == nitro_graph::DType::F64 {
-            Array::new(
-                &shape,
-                arrays
-                    .iter()
-                    .flat_map(|a| a.to_f64_vec())
-                    .collect::<Vec<_>>(),
-            )
-        } else {
-            Array::new(
-                &shape,
-                arrays
-                    .iter()
-                    .flat_map(|a| a.to_f32_vec())
-                    .collect::<Vec<_>>(),
-            )
-            .map(|a| a.cast(dtype))
-        };
-        if let Ok(a) = joined {
-            out.insert(name.clone(), a);
         }
     }
-    out
+    Ok(leaves)
+}
+
+/// Chunks of outputs joined along the batch axis, leaf by leaf.
+pub(crate) fn concat_outputs(mut parts: Vec<HostOutputs>) -> Result<HostOutputs> {
+    if parts.len() <= 1 {
+        return Ok(parts.pop().unwrap_or_default());
+    }
+    let names: Vec<String> = parts[0].keys().cloned().collect();
+    let mut out = HostOutputs::new();
+    for name in names {
+        let arrays: Vec<Array> = parts.iter_mut().filter_map(|p| p.remove(&name)).collect();
+        let joined = Array::concat_rows(&arrays).map_err(|e| RunError::Setting {
+            setting: "predict",
+            reason: format!("output `{name}` cannot be joined across chunks: {e}"),
+        })?;
+        out.insert(name, joined);
+    }
+    Ok(out)
 }
 
 impl<E: Experiment> Nitro<E> {
@@ -136,13 +104,13 @@ impl<E: Experiment> Nitro<E> {
             let (padded, real) = pad(chunk_ref, width)?;
             let arrays = self.batch_arrays(padded.as_ref().unwrap_or(chunk_ref), &fields)?;
             let out = self.run_program(&compiled, false, vec![], arrays)?;
-            parts.push(leaves_of(&compiled, &out, None, real));
+            parts.push(leaves_of(&compiled, &out, None, width, real)?);
             start = end;
             if rows == 0 {
                 break;
             }
         }
-        Ok(concat_outputs(parts))
+        concat_outputs(parts)
     }
 
     /// Loss and metrics over a whole split (`"train"`, `"val"`, `"test"`),
@@ -205,7 +173,7 @@ impl<E: Experiment> Nitro<E> {
             let out = self.run_program(&compiled, false, coefficients, arrays)?;
             let loss = out[loss_at].item().unwrap_or(f64::NAN);
             totals.add("loss", loss * r, r);
-            let outputs = leaves_of(&compiled, &out, None, real);
+            let outputs = leaves_of(&compiled, &out, None, width, real)?;
             for m in &self.frozen.metrics {
                 let (s, c) = m.compute(&outputs, &batch);
                 totals.add(&m.name, s, c);

@@ -286,7 +286,7 @@ impl<E: Experiment> Nitro<E> {
                 if !self.frozen.train_metrics.is_empty() {
                     for (i, batch) in micro.iter().enumerate().take(window) {
                         // Metrics never see a padded row.
-                        let mine = leaves_of(&compiled, &out, Some(i), real[i]);
+                        let mine = leaves_of(&compiled, &out, Some(i), width, real[i])?;
                         let sliced;
                         let batch = if real[i] < width {
                             sliced = batch.slice_rows(0, real[i])?;
