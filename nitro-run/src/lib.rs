@@ -64,6 +64,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod batches;
 mod ckpt;
 pub mod cli;
 mod convert;

@@ -1,6 +1,7 @@
 //! `train()`: the loop around the one fused train step. Per update it
-//! gathers `accum` micro-batches (only routed fields; the next window is
-//! gathered on a second thread while the current step runs), feeds the scheduled
+//! takes a window of `accum` micro-batches from the `batches` stream (only
+//! routed fields, gathered by nitro-data one window ahead on its prefetch
+//! thread while the current step runs), feeds the scheduled
 //! hyperparameters as scalar inputs, runs the step (params, state and
 //! optimizer slots updated in place), checks the loss, and checkpoints on
 //! the policy's cadence; per epoch it validates and asks the stopper.
@@ -22,7 +23,7 @@ use nitro_data::{Dataset, EpochOrder, ShortBatch};
 use nitro_graph::{Array, DType};
 use nitro_markers::{DeviceData, DeviceValue};
 
-use crate::convert::gather_array;
+use crate::batches::{self, Window, WindowSpec};
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
@@ -197,23 +198,8 @@ impl<E: Experiment> Nitro<E> {
         let order = EpochOrder::new(train.len(), width, self.frozen.run.seed)?
             .with_short_batch(self.frozen.run.short_batch);
         let batches = order.batches_per_epoch();
-        let names: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
-        let fields = train.as_fields();
-        let mut host_fields = names.clone();
-        for f in &self.frozen.metric_fields {
-            if !host_fields.contains(f) {
-                host_fields.push(f.clone());
-            }
-        }
-        let columns = names
-            .iter()
-            .map(|f| {
-                fields.get(f).ok_or_else(|| RunError::BatchField {
-                    field: f.clone(),
-                    reason: "routed but absent from the training split".into(),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let routed: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
+        let keep_micro = !self.frozen.train_metrics.is_empty();
         let mut store = self.open_store()?;
         let display = self.display();
         let every = self.frozen.run.checkpointer.every_steps;
@@ -221,54 +207,49 @@ impl<E: Experiment> Nitro<E> {
         let mut last_saved = None;
         'epochs: while self.progress.position.epoch < self.frozen.run.max_epochs {
             let epoch = self.progress.position.epoch;
-            let perm = order.permutation(epoch);
             let mut totals = Totals::default();
+            let mut windows = batches::windows(
+                data.clone(),
+                order,
+                epoch,
+                self.progress.position.batch,
+                WindowSpec {
+                    accum: self.frozen.run.accum,
+                    routed: routed.clone(),
+                    metric_fields: self.frozen.metric_fields.clone(),
+                    keep_micro,
+                },
+            )?;
             let mut prefetched: Option<Prepared> = None;
             while self.progress.position.batch < batches {
                 let window = (batches - self.progress.position.batch).min(self.frozen.run.accum);
-                let source = WindowSource {
-                    order: &order,
-                    perm: &perm,
-                    batches,
-                    accum: self.frozen.run.accum,
-                    names: &names,
-                    host_fields: &host_fields,
-                    columns: &columns,
-                    host_batches: (!self.frozen.train_metrics.is_empty()).then_some(train),
-                };
                 let Prepared {
                     inputs,
                     real,
                     micro,
                 } = match prefetched.take() {
                     Some(p) => p,
-                    None => Prepared::on_host(source.gather(self.progress.position.batch)?),
+                    None => Prepared::on_host(next_window(&mut windows)?),
                 };
                 let hyper = self.hyper_inputs(self.progress.position.step, &real)?;
-                let next_first = self.progress.position.batch + window;
+                let more = self.progress.position.batch + window < batches;
                 let t0 = Instant::now();
-                // The next window is gathered on another thread while this
-                // step runs, so batching stays off the critical path; once
-                // the step is launched its upload is queued too (on a GPU
-                // it overlaps the step; see `placement`).
+                // The next window is gathered on nitro-data's prefetch thread
+                // while this step runs, so batching stays off the critical
+                // path; once the step is launched its upload is queued too
+                // (on a GPU it overlaps the step; see `placement`).
                 let mut next: Option<Result<Prepared>> = None;
-                let out = std::thread::scope(|scope| {
-                    let gathering =
-                        (next_first < batches).then(|| scope.spawn(|| source.gather(next_first)));
-                    self.run_program_then(&compiled, true, hyper, inputs, |me| {
-                        if let Some(h) = gathering {
-                            let gathered =
-                                h.join().expect("the batch-gathering thread does not panic");
-                            next = Some(gathered.and_then(|g| {
-                                Ok(Prepared {
-                                    inputs: me.prepare_batch(g.arrays)?,
-                                    real: g.real,
-                                    micro: g.micro,
-                                })
-                            }));
-                        }
-                        Ok(())
-                    })
+                let out = self.run_program_then(&compiled, true, hyper, inputs, |me| {
+                    if more {
+                        next = Some(next_window(&mut windows).and_then(|w| {
+                            Ok(Prepared {
+                                inputs: me.prepare_batch(w.arrays)?,
+                                real: w.real,
+                                micro: w.micro,
+                            })
+                        }));
+                    }
+                    Ok(())
                 });
                 report.program_time += t0.elapsed();
                 let out = out?;
@@ -394,7 +375,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn on_host(g: Gathered) -> Prepared {
+    fn on_host(g: Window) -> Prepared {
         Prepared {
             inputs: BatchInputs::Host(g.arrays),
             real: g.real,
@@ -403,55 +384,12 @@ impl Prepared {
     }
 }
 
-/// One update's worth of gathered micro-batches.
-struct Gathered {
-    /// Program inputs: every routed field of every micro-batch, in order.
-    arrays: Vec<Array>,
-    /// Real rows per micro-batch (0 for the filler of a partial window).
-    real: Vec<usize>,
-    /// Host batches, only when host-side train metrics need them.
-    micro: Vec<nitro_data::Batch>,
-}
-
-/// Where windows of micro-batches come from within one epoch.
-struct WindowSource<'a> {
-    order: &'a EpochOrder,
-    perm: &'a [usize],
-    batches: usize,
-    accum: usize,
-    names: &'a [String],
-    /// The fields host-side train metrics read (routed ones and their own).
-    host_fields: &'a [String],
-    columns: &'a [&'a nitro_data::HostArray],
-    host_batches: Option<&'a nitro_data::InMemory>,
-}
-
-impl WindowSource<'_> {
-    /// Gather the window starting at batch position `first`. A partial
-    /// final window repeats its last micro-batch as filler (weight 0).
-    fn gather(&self, first: usize) -> Result<Gathered> {
-        let window = (self.batches - first).min(self.accum);
-        let names: Vec<&str> = self.host_fields.iter().map(String::as_str).collect();
-        let mut g = Gathered {
-            arrays: Vec::new(),
-            real: vec![0; self.accum],
-            micro: Vec::new(),
-        };
-        for i in 0..self.accum {
-            let slot = self
-                .order
-                .slot_in(self.perm, first + i.min(window - 1))
-                .expect("positions below batches_per_epoch have a slot");
-            for (f, column) in self.names.iter().zip(self.columns) {
-                g.arrays.push(gather_array(f, column, &slot.indices)?);
-            }
-            if i < window {
-                g.real[i] = slot.real;
-            }
-            if let Some(train) = self.host_batches {
-                g.micro.push(train.gather(&slot.indices, &names)?);
-            }
-        }
-        Ok(g)
-    }
+/// The next window of the epoch's stream.
+fn next_window(windows: &mut nitro_data::Prefetch<Result<Window>>) -> Result<Window> {
+    windows.next().unwrap_or_else(|| {
+        Err(RunError::Setting {
+            setting: "train",
+            reason: "the batch stream ended before the epoch's last batch".into(),
+        })
+    })
 }
