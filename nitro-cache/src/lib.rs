@@ -70,6 +70,7 @@ mod owner;
 mod pileup;
 mod stats;
 mod switches;
+mod tags;
 mod unkeyed;
 mod value;
 

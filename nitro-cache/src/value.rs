@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use crate::encoding as tag;
+use crate::tags as tag;
 
 /// Nesting deeper than this is rendered as undecodable rather than recursed.
 const MAX_DEPTH: usize = 128;
