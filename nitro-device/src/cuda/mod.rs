@@ -26,6 +26,7 @@ mod blas;
 mod buffer;
 mod nvrtc;
 mod pool;
+mod slots;
 mod staging;
 
 pub use crate::ptx_cache::{PtxCache, PtxStats, PtxStore};
@@ -33,10 +34,10 @@ pub use blas::{ColumnMajorCall, GemmShape, GemmTypes};
 pub use buffer::CudaBuffer;
 pub use nvrtc::{compile_ptx, nvrtc_version, CudaKernel, KernelArg};
 pub use pool::PoolStats;
-pub use staging::{
-    choose_slot, slot_capacity, PendingUpload, SlotChoice, SlotState, StagingStats,
-    STAGING_MAX_SLOTS, STAGING_MIN_BYTES,
+pub use slots::{
+    choose_slot, slot_capacity, SlotChoice, SlotState, STAGING_MAX_SLOTS, STAGING_MIN_BYTES,
 };
+pub use staging::{PendingUpload, StagingStats};
 
 use crate::DeviceError;
 use cudarc::driver::{CudaContext, CudaStream};
