@@ -71,6 +71,18 @@ pub enum GraphError {
         /// The names that exist.
         known: String,
     },
+    /// A layer used where it cannot work (a mode-dependent layer traced
+    /// without a mode, batch statistics over padded rows, an input of the
+    /// wrong rank).
+    #[error("layer `{layer}`: {reason}; {fix}")]
+    Layer {
+        /// The layer (type and parameter path).
+        layer: String,
+        /// What was wrong.
+        reason: String,
+        /// How to fix it.
+        fix: String,
+    },
     /// A backend cannot run this program here.
     #[error("backend: {0}")]
     Backend(String),

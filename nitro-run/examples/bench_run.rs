@@ -11,6 +11,7 @@ use nitro_data::{Dataset, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
+use nitro_graph::nn::Ctx;
 use nitro_graph::Tensor;
 use nitro_markers::{Experiment, ExperimentFields, Fields, GraphConst};
 use nitro_run::{Distributed, HookError, Logger, ModelParts, Nitro, Optimizer, Progress};
@@ -73,6 +74,7 @@ impl nitro_run::Experiment for BenchMlp {
     fn forward(
         _: &BenchMlpView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: Images<Tensor>,

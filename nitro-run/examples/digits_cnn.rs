@@ -20,6 +20,7 @@ use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Conv2d, Dense, Flatten, Layer, MaxPool2d, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
 use nitro_graph::nn::ops::relu;
+use nitro_graph::nn::Ctx;
 use nitro_graph::Tensor;
 use nitro_markers::{Experiment, Fields};
 use nitro_run::{Distributed, HookError, Metric, ModelParts, Optimizer};
@@ -110,6 +111,7 @@ impl nitro_run::Experiment for DigitsCnn {
     fn forward(
         _: &DigitsCnnView<Tensor>,
         m: &LeNet,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: Images<Tensor>,

@@ -19,6 +19,7 @@ use nitro_data::Splits;
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
+use nitro_graph::nn::Ctx;
 use nitro_graph::Tensor;
 use nitro_markers::{Device, Experiment, Fields, GraphConst, Preset};
 use nitro_run::{Checkpointer, Distributed, HookError, Metric, ModelParts, Optimizer, Schedule};
@@ -106,6 +107,7 @@ impl nitro_run::Experiment for DigitsMlp {
     fn forward(
         _: &DigitsMlpView<Tensor>,
         model: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: Images<Tensor>,

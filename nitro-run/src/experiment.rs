@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use nitro_data::{ShortBatch, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::Params;
+use nitro_graph::nn::Ctx;
 use nitro_graph::{Array, Tensor};
 use nitro_markers::{BatchFields, ExperimentFields, Tree};
 
@@ -113,9 +114,19 @@ pub trait Experiment: ExperimentFields + 'static {
 
     /// The exportable program: inputs only, never targets. Returns the
     /// outputs and the new state (return `st` itself if there is none).
+    ///
+    /// `cx` says how it is traced: `cx.mode()` is `Train` in the train
+    /// step and `Eval` in validation and predict; `cx.key()` is the step's
+    /// random key in training (derived from the run seed and the global
+    /// step, so a resumed run draws the same numbers) and `None` otherwise.
+    /// Pass it on to the layers (`model.forward(cx, ps, &mut st, "", x)`).
+    /// The new state is kept after a train step and discarded in eval.
+    /// `loss` gets no context: it is traced twice for a padded batch and
+    /// must be a plain function of the outputs and targets.
     fn forward(
         e: &Self::View<Tensor>,
         model: &Self::Model,
+        cx: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         inputs: Self::Inputs,

@@ -7,17 +7,23 @@
 //! ```text
 //! predict     params  state                device                  batch0 (forward fields)
 //! eval_step   params  state                device  hyper(pad_a pad_b)  batch0 (routed fields)
-//! train_step  params  state  slot0 [slot1]  device  hyper(optimizer, max_norm, micro_w, pad_b)  batch0 .. batch{accum-1}
+//! train_step  params  state  slot0 [slot1]  device  hyper(optimizer, max_norm, micro_w, pad_b, key)  batch0 .. batch{accum-1}
 //! ```
+//!
+//! The train step's `key` is the step's random key (an i32 scalar,
+//! `nitro_graph::nn::step_key(seed, step)`): an input, so a new key each
+//! step compiles nothing. Eval and predict take none (deterministic).
 //!
 //! so the value store lends params, state, slots and Device values as one
 //! prefix (see `values`) and a call appends only its per-call groups. The
 //! train step donates params, state and slots to their updated outputs.
 
 use nitro_graph::exec::signature::{Role, Signature};
+use nitro_graph::nn::Mode;
 use nitro_graph::{DType, TensorSpec};
 
 use crate::optim::Optimizer;
+use crate::report::RunValues;
 
 /// Input specs shared by every program of one handle.
 #[derive(Debug, Clone)]
@@ -55,6 +61,19 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The train step of a run with values `run`; `outputs` when host-side
+    /// train metrics read forward's outputs.
+    pub fn train_step(run: &RunValues, outputs: bool) -> Kind {
+        Kind::Train {
+            width: run.batch_size,
+            accum: run.accum,
+            optimizer: run.optimizer,
+            clip: run.clip.is_some(),
+            outputs,
+            masked: run.short_batch == nitro_data::ShortBatch::PadWithMask,
+        }
+    }
+
     /// The program kind's name (the cache's kind, and in messages).
     pub fn name(&self) -> &'static str {
         match self {
@@ -68,6 +87,14 @@ impl Kind {
     pub fn width(&self) -> usize {
         match self {
             Kind::Predict { width } | Kind::Eval { width } | Kind::Train { width, .. } => *width,
+        }
+    }
+
+    /// The mode forward is traced in (part of every compile key).
+    pub fn mode(&self) -> Mode {
+        match self {
+            Kind::Train { .. } => Mode::Train,
+            Kind::Predict { .. } | Kind::Eval { .. } => Mode::Eval,
         }
     }
 
@@ -96,6 +123,8 @@ pub(crate) const PAD_B: &str = "pad_b";
 pub(crate) const MICRO_W: &str = "micro_w";
 /// The clip norm.
 pub(crate) const MAX_NORM: &str = "max_norm";
+/// The train step's random key (the last hyperparameter input).
+pub(crate) const KEY: &str = "key";
 
 fn batch_with(spec: &TensorSpec, width: usize) -> TensorSpec {
     let mut shape = vec![width];
@@ -131,6 +160,7 @@ fn hyper(layout: &Layout, kind: &Kind) -> Vec<(String, TensorSpec)> {
             if *masked {
                 out.push((PAD_B.into(), per_micro));
             }
+            out.push((KEY.into(), TensorSpec::new(DType::I32, &[])));
         }
     }
     out

@@ -14,6 +14,7 @@
 //! data (nitro-data), the checkpoint format (nitro-ckpt).
 //!
 //! ```no_run
+//! use nitro_graph::nn::Ctx;
 //! use nitro_graph::nn::init::InitRng;
 //! use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 //! use nitro_graph::nn::loss::softmax_cross_entropy;
@@ -48,7 +49,7 @@
 //!         let cfg = nitro_data::digits::DigitsConfig { train: 2000, val: 500, test: 500, seed: 1 };
 //!         Ok(nitro_data::digits::generate(&cfg)?)
 //!     }
-//!     fn forward(_: &MlpView<Tensor>, m: &Chain, ps: &Params<Tensor>, st: &Params<Tensor>, x: Img<Tensor>) -> (Tensor, Params<Tensor>) {
+//!     fn forward(_: &MlpView<Tensor>, m: &Chain, _: &Ctx, ps: &Params<Tensor>, st: &Params<Tensor>, x: Img<Tensor>) -> (Tensor, Params<Tensor>) {
 //!         let n = x.image.shape()[0];
 //!         (m.apply(ps, "", &x.image.reshape(&[n, 784])), st.clone())
 //!     }
@@ -104,6 +105,8 @@ pub use handle::Nitro;
 pub use interrupt::request_stop;
 pub use metric::{HostOutputs, Metric, MetricReads};
 pub use nitro_data::ShortBatch;
+/// The context forward is traced in (mode and random key), from nitro-graph.
+pub use nitro_graph::nn::{Ctx, Key, Mode};
 pub use optim::Optimizer;
 pub use programs::{cache_stats, compile_warnings, total_compiles};
 pub use ptx_store::{DiskPtxStore, PTX_KIND};

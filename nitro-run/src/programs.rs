@@ -3,8 +3,8 @@
 //! traced graph's content hash, compiled on a miss, and memoized on the
 //! handle so every later call of that kind goes straight to the program.
 //!
-//! **Never a stale program.** The named parts (program kind, experiment
-//! type, device, every GraphConst value, every input signature, routed
+//! **Never a stale program.** The named parts (program kind, the mode
+//! forward was traced in, experiment type, device, every GraphConst value, every input signature, routed
 //! fields, optimizer structure) explain a miss in words; the graph hash
 //! guarantees it. Anything the named parts cannot see (a `build_model` that
 //! reads a Host value, a constant a closure captured) changes the graph and
@@ -18,6 +18,7 @@ use std::sync::{Arc, LazyLock};
 use nitro_cache::{CompileCache, KeyBuilder, Outcome};
 
 use nitro_graph::exec::signature::{input_name, Bound, Role, Signature};
+use nitro_graph::nn::Ctx;
 use nitro_graph::{CompileOptions, Device, Graph, Tensor, Tracer};
 
 use crate::convert::signature as signature_text;
@@ -225,6 +226,7 @@ fn key<E: Experiment>(
 ) -> Result<nitro_cache::Key> {
     let mut b = KeyBuilder::new()
         .part("program", kind.name())
+        .part("mode", kind.mode().name())
         .part("experiment", std::any::type_name::<E>())
         .part("device", &device.to_string());
     for (name, value) in e.graph_const_values() {
@@ -288,14 +290,24 @@ fn trace_body<E: Experiment>(
     };
     let ps = bound.tree(Role::Params);
     let st = bound.tree(Role::State);
+    // Predict and eval are deterministic: no key, running statistics.
+    let eval = Ctx::eval();
     match kind {
         Kind::Predict { .. } => {
-            let traced = apply::<E>(&args, &ps, &st, &micro_batch(bound, 0), LossTrace::None)?;
+            let traced = apply::<E>(
+                &args,
+                &eval,
+                &ps,
+                &st,
+                &micro_batch(bound, 0),
+                LossTrace::None,
+            )?;
             Ok(leaves(None, traced.outputs))
         }
         Kind::Eval { .. } => {
             let traced = apply::<E>(
                 &args,
+                &eval,
                 &ps,
                 &st,
                 &micro_batch(bound, 0),

@@ -163,6 +163,12 @@ impl<E: Experiment> Nitro<E> {
         for m in metrics.iter().chain(&train_metrics) {
             check_metric(m, &leaves, &dataset_fields, &mut metric_fields)?;
         }
+        // A forward that cannot train on padded rows (BatchNorm's batch
+        // statistics) is refused here, by name, not at the first step.
+        if run.short_batch == nitro_data::ShortBatch::PadWithMask {
+            let kind = Kind::train_step(&run, !train_metrics.is_empty());
+            programs.trace(&e, &parts.model, &kind)?;
+        }
         let structure = crate::structure::Structure::of(&graph, width);
         let opt = (0..run.optimizer.slots())
             .flat_map(|_| programs.layout.params.iter().map(|(_, s)| Array::zeros(s)))

@@ -1,7 +1,7 @@
 //! The step API for loops without an [`Experiment`](crate::Experiment)
 //! (Flux's `trainstep!` / `train!`): one fused, cached program per step.
 //!
-//! [`trainstep`] traces `loss_fn(model, params, batch)`, differentiates it,
+//! [`trainstep`] traces `loss_fn(model, cx, params, batch)`, differentiates it,
 //! applies the optimizer update, and compiles all of it into one program
 //! that updates the parameters and optimizer slots in place (donated
 //! buffers) and returns the loss as a host number. The program is cached in
@@ -27,6 +27,13 @@
 //! there is no padding in this API, so the loss of that batch is exactly the
 //! loss of its samples. Drop it from `data` to avoid the extra compile.
 //!
+//! **Mode and key.** The loss function gets a [`Ctx`] in training mode
+//! with the step's random key (`cx.key()`), an input derived from the
+//! [`OptState`]'s seed ([`OptState::with_seed`], default 0) and its update
+//! count by [`step_key`]: a new key each step compiles nothing, and an
+//! `OptState` restored at update `s` draws the keys an uninterrupted loop
+//! would have. Pass `cx` to the layers (`m.forward(cx, ps, &mut st, "", x)`).
+//!
 //! A loss may return auxiliary values computed in the same program: return
 //! `(loss, aux)` with `aux` any tree of tensors (a `#[derive(Tree)]` struct,
 //! a tuple); the gradient is of the loss alone and `aux` comes back as host
@@ -34,6 +41,7 @@
 //!
 //! ```
 //! use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
+//! use nitro_graph::nn::Ctx;
 //! use nitro_graph::nn::loss::mse;
 //! use nitro_graph::{Array, Tensor};
 //! use nitro_run::step_api::{trainstep, ModelAndParams, OptState};
@@ -43,7 +51,9 @@
 //! let params = chain.init_params(0);
 //! let mut model = ModelAndParams::new(chain, params);
 //! let mut opt = OptState::new(Optimizer::adam(1e-2), &model);
-//! let loss = |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| mse(&m.apply(ps, "", &b[0]), &b[1]);
+//! let loss = |m: &Chain, cx: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
+//!     mse(&m.forward(cx, ps, &mut Params::new(), "", &b[0]), &b[1])
+//! };
 //! let x = Array::new(&[16, 4], vec![0.5f32; 64]).unwrap();
 //! let y = Array::new(&[16, 2], vec![1.0f32; 32]).unwrap();
 //! let first: f64 = trainstep(&loss, &mut model, &[x.clone(), y.clone()], &mut opt)?;
@@ -58,7 +68,8 @@ use std::sync::Arc;
 use nitro_cache::{KeyBuilder, OwnerToken};
 use nitro_graph::exec::signature::{Role, Signature};
 use nitro_graph::nn::layers::Params;
-use nitro_graph::{compile_graph, Array, Tensor, TensorSpec};
+use nitro_graph::nn::{step_key, Ctx, Key};
+use nitro_graph::{compile_graph, Array, DType, Tensor, TensorSpec};
 use nitro_markers::Tree;
 
 use crate::convert::signature as signature_text;
@@ -70,6 +81,9 @@ use crate::programs::{announce, options_for, typed_outputs, Compiled, Executable
 use crate::progress::Display;
 use crate::trace::{graph_error, trace_graph, Outputs, Returned};
 use crate::train_step::optimizer_update;
+
+/// The step's random key among the hyperparameter inputs.
+const KEY: &str = "key";
 
 /// A model structure and its parameters, trained in place by [`trainstep`].
 /// The programs compiled for it are freed when it is dropped.
@@ -118,6 +132,7 @@ pub struct OptState {
     optimizer: Optimizer,
     slots: Vec<Params<Array>>,
     step: u64,
+    seed: u64,
 }
 
 impl OptState {
@@ -132,7 +147,15 @@ impl OptState {
             optimizer,
             slots: vec![zeros; optimizer.slots()],
             step: 0,
+            seed: 0,
         }
+    }
+
+    /// The same state with the random keys derived from `seed` (the step's
+    /// key is `step_key(seed, step)`).
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
     }
 
     /// Updates applied so far (non-finite steps are not counted).
@@ -192,7 +215,7 @@ pub fn trainstep<M, F, L>(
 ) -> Result<L::Host>
 where
     M: 'static,
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
 {
     step(loss_fn, model, batch, opt, false).map(|s| s.host)
@@ -209,7 +232,7 @@ pub fn trainstep_withgradient<M, F, L>(
 ) -> Result<(L::Host, Params<Array>)>
 where
     M: 'static,
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
 {
     step(loss_fn, model, batch, opt, true).map(|s| (s.host, s.grads))
@@ -236,7 +259,7 @@ pub fn train<M, F, L, I, B>(
 ) -> Result<StepTrainReport>
 where
     M: 'static,
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
     I: IntoIterator<Item = B>,
     B: AsRef<[Array]>,
@@ -255,7 +278,7 @@ pub fn train_with<M, F, L, I, B>(
 ) -> Result<StepTrainReport>
 where
     M: 'static,
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
     I: IntoIterator<Item = B>,
     B: AsRef<[Array]>,
@@ -300,7 +323,7 @@ fn step<M, F, L>(
 ) -> Result<StepOut<L::Host>>
 where
     M: 'static,
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
 {
     let kind = if with_grads {
@@ -312,7 +335,7 @@ where
         .params
         .values()
         .next()
-        .map_or(nitro_graph::DType::F32, |a| a.dtype());
+        .map_or(DType::F32, |a| a.dtype());
     let scalar = TensorSpec::new(dtype, &[]);
     let param_specs = || {
         model
@@ -330,7 +353,8 @@ where
             opt.optimizer
                 .hyper_names()
                 .into_iter()
-                .map(|h| (h.to_string(), scalar.clone())),
+                .map(|h| (h.to_string(), scalar.clone()))
+                .chain([(KEY.to_string(), TensorSpec::new(DType::I32, &[]))]),
         )
         .with(
             Role::Batch(0),
@@ -387,6 +411,7 @@ where
             .into_iter()
             .map(|(_, v)| Array::scalar_f64(v).cast(dtype)),
     );
+    args.push(Array::scalar_i32(step_key(opt.seed, opt.step)));
     args.extend(batch.iter().cloned());
     let result = program.run(&mut args);
     // Donated inputs hold the updated values (or the old ones on failure).
@@ -434,13 +459,15 @@ fn trace_step<M, F, L>(
     with_grads: bool,
 ) -> Result<(nitro_graph::Graph, Vec<Returned>)>
 where
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L,
     L: LossValue,
 {
     trace_graph(kind, sig, |tracer, bound| {
         let ps = bound.tree(Role::Params);
         let batch: Vec<Tensor> = bound.all(Role::Batch(0)).to_vec();
-        let (loss, aux) = loss_fn(&model.model, &ps, &batch).split();
+        let key = bound.get(Role::Hyper, KEY).map_err(graph_error(kind))?;
+        let cx = Ctx::train(Key::new(key).map_err(graph_error(kind))?);
+        let (loss, aux) = loss_fn(&model.model, &cx, &ps, &batch).split();
         if !loss.shape().is_empty() {
             return Err(RunError::Setting {
                 setting: "loss",
@@ -506,7 +533,7 @@ fn compile_step<M, F, L>(
 ) -> Result<(Compiled, nitro_cache::Key)>
 where
     M: 'static,
-    F: Fn(&M, &Params<Tensor>, &[Tensor]) -> L + 'static,
+    F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
 {
     let (graph, traced) = trace_step(loss_fn, model, sig, optimizer, kind, with_grads)?;

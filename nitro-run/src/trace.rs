@@ -21,13 +21,20 @@
 //! padded rows carry weight 0 in the loss and its gradients. A loss that
 //! couples samples (batch statistics, in-batch negatives) is not of that
 //! form and cannot be padded exactly; nor can a forward that mixes rows
-//! (batch norm in training mode): use `ShortBatch::Drop` for those.
+//! (batch norm in training mode): use `ShortBatch::Drop` for those. The
+//! train step tells forward so (`Ctx::padded_rows`), and nitro's BatchNorm
+//! refuses it by name; setup traces that step to raise it early.
+//!
+//! **Mode and key.** forward receives a [`Ctx`]: `Ctx::eval()` for predict
+//! and eval (deterministic), `Ctx::train(key)` for the train step, where
+//! micro-batch `i` gets the sub-key `i` of the step's key input.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 
 use nitro_graph::exec::signature::{Bound, Role, Signature};
 use nitro_graph::nn::layers::Params;
+use nitro_graph::nn::Ctx;
 use nitro_graph::{GraphError, Tensor, Tracer};
 use nitro_markers::{BatchFields, Tree};
 
@@ -144,6 +151,7 @@ pub(crate) struct HookArgs<'a, E: Experiment> {
 /// asks for: outputs keep the batch axis, state keeps its keys, loss is scalar.
 pub(crate) fn apply<E: Experiment>(
     args: &HookArgs<'_, E>,
+    cx: &Ctx,
     ps: &Params<Tensor>,
     st: &Params<Tensor>,
     batch: &BTreeMap<String, Tensor>,
@@ -156,7 +164,7 @@ pub(crate) fn apply<E: Experiment>(
     };
     let inputs =
         E::Inputs::from_batch(&mut hook_batch(batch, &layout.forward_fields)).map_err(missing)?;
-    let (outs, st_new) = E::forward(args.view, args.model, ps, st, inputs);
+    let (outs, st_new) = E::forward(args.view, args.model, cx, ps, st, inputs);
     let outputs = output_leaves(&outs);
     for (leaf, t) in &outputs {
         if t.shape().first() != Some(&width) {

@@ -70,19 +70,13 @@ impl<E: Experiment> Nitro<E> {
     }
 
     fn train_kind(&self) -> Kind {
-        Kind::Train {
-            width: self.frozen.run.batch_size,
-            accum: self.frozen.run.accum,
-            optimizer: self.frozen.run.optimizer,
-            clip: self.frozen.run.clip.is_some(),
-            outputs: !self.frozen.train_metrics.is_empty(),
-            masked: self.frozen.run.short_batch == ShortBatch::PadWithMask,
-        }
+        Kind::train_step(&self.frozen.run, !self.frozen.train_metrics.is_empty())
     }
 
     /// The hyperparameter inputs of update `step` (0-based): optimizer
     /// values with `lr` from its schedule, the clip norm, the micro-batch
-    /// weights (and, for `PadWithMask`, the padded-row corrections).
+    /// weights (and, for `PadWithMask`, the padded-row corrections), and
+    /// the step's random key.
     /// `real[i]` is the number of real samples in micro-batch `i` (0 for the
     /// filler of a partial window).
     fn hyper_inputs(&mut self, step: u64, real: &[usize]) -> Result<Vec<Array>> {
@@ -163,6 +157,12 @@ impl<E: Experiment> Nitro<E> {
                 out.push(vector(b));
             }
         }
+        // The step's random key: a pure function of the run seed and the
+        // global step, so a resumed run feeds the keys it would have.
+        out.push(Array::scalar_i32(nitro_graph::nn::step_key(
+            self.frozen.run.seed,
+            step,
+        )));
         Ok(out)
     }
 

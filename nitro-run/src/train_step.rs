@@ -6,11 +6,12 @@
 use nitro_graph::exec::signature::{Bound, Role};
 use nitro_graph::nn::layers::Params;
 use nitro_graph::nn::optim::{adam, clip_by_global_norm, sgd, AdamHyper};
+use nitro_graph::nn::{Ctx, Key};
 use nitro_graph::{Tensor, Tracer};
 
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
-use crate::layout::{Kind, MAX_NORM, MICRO_W, PAD_B};
+use crate::layout::{Kind, KEY, MAX_NORM, MICRO_W, PAD_B};
 use crate::optim::Optimizer;
 use crate::trace::{apply, graph_error, micro_batch, HookArgs, LossTrace, Outputs, Returned};
 
@@ -48,6 +49,8 @@ pub(crate) fn trace<E: Experiment>(
     };
     let micro_w = h(MICRO_W)?;
     let pad_b = if *masked { Some(h(PAD_B)?) } else { None };
+    let key = Key::new(&h(KEY)?).map_err(graph_error(program))?;
+    let cx = Ctx::train(key).with_padded_rows(*masked);
     let mut state = st.clone();
     let mut total: Option<Tensor> = None;
     let mut out: Outputs = vec![];
@@ -57,7 +60,14 @@ pub(crate) fn trace<E: Experiment>(
         } else {
             LossTrace::Plain
         };
-        let traced = apply::<E>(args, &ps, &state, &micro_batch(bound, i), losses)?;
+        let traced = apply::<E>(
+            args,
+            &cx.child(i as u64),
+            &ps,
+            &state,
+            &micro_batch(bound, i),
+            losses,
+        )?;
         let w = micro_w.narrow(0, i, i + 1).reshape(&[]);
         let mut weighted = traced.loss.expect("train traces the loss") * &w;
         if let (Some(lb), Some(pad_b)) = (traced.loss_last_row, &pad_b) {

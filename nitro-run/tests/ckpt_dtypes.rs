@@ -14,6 +14,7 @@ use nitro_device::{bf16, f16};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
+use nitro_graph::nn::Ctx;
 use nitro_graph::{Array, HostBuffer, Tensor};
 use nitro_markers::Experiment;
 use nitro_run::{Distributed, HookError, Logger, ModelParts, Nitro, Progress};
@@ -97,6 +98,7 @@ impl nitro_run::Experiment for EveryDtype {
     fn forward(
         _: &EveryDtypeView<Tensor>,
         m: &Dense,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,

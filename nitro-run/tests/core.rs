@@ -10,6 +10,7 @@ use nitro_data::{HostArray, InMemory, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::{mse, softmax_cross_entropy};
+use nitro_graph::nn::Ctx;
 use nitro_graph::{Array, DType, Tensor};
 use nitro_markers::{Device, Experiment, ExperimentFields, Fields};
 use nitro_run::step_api::{trainstep, ModelAndParams, OptState};
@@ -99,6 +100,7 @@ impl nitro_run::Experiment for Act {
     fn forward(
         e: &ActView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,
@@ -258,7 +260,7 @@ fn step_api_closures_capturing_different_values_do_not_share_a_program() {
     .unwrap();
     let y = Array::new(&[8, 2], vec![0.5f32; 16]).unwrap();
     let make = |scale: f64| {
-        move |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| {
+        move |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
             let l = mse(&m.apply(ps, "", &b[0]), &b[1]);
             &l * &l.scalar_like(scale)
         }
@@ -320,6 +322,7 @@ impl nitro_run::Experiment for Derived {
     fn forward(
         e: &DerivedView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,
@@ -423,6 +426,7 @@ impl nitro_run::Experiment for Lsq {
     fn forward(
         _: &LsqView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,
@@ -546,8 +550,9 @@ fn f64_adam_and_adamw_steps_equal_the_reference_through_both_apis() {
             nitro_data::Dataset::gather(&data, &(0..8).collect::<Vec<_>>(), &["x", "y"]).unwrap();
         // Batch fields are program arrays already (one host array type).
         let as_array = |f: &str| b.get(f).unwrap().clone();
-        let loss =
-            |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| mse(&m.apply(ps, "", &b[0]), &b[1]);
+        let loss = |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
+            mse(&m.apply(ps, "", &b[0]), &b[1])
+        };
         trainstep(&loss, &mut model, &[as_array("x"), as_array("y")], &mut opt).unwrap();
         let got: Vec<(String, Vec<f64>)> = model
             .params
@@ -592,6 +597,7 @@ impl nitro_run::Experiment for Big {
     fn forward(
         _: &BigView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,
@@ -694,6 +700,7 @@ impl nitro_run::Experiment for Metrics {
     fn forward(
         _: &MetricsView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,
@@ -749,7 +756,8 @@ fn step_api_programs_are_freed_with_their_model() {
     let _g = lock();
     let x = Array::new(&[4, 4], vec![0.25f32; 16]).unwrap();
     let y = Array::new(&[4, 2], vec![0.5f32; 8]).unwrap();
-    let loss = |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| mse(&m.apply(ps, "", &b[0]), &b[1]);
+    let loss =
+        |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| mse(&m.apply(ps, "", &b[0]), &b[1]);
     let live_before = cache_stats("trainstep").live;
     for width in 0..12 {
         let chain = || {
@@ -787,7 +795,7 @@ fn the_pileup_warning_reaches_the_user_with_advice_for_its_cause() {
     let mut opt = OptState::new(Optimizer::sgd(0.1), &model);
     for i in 0..10 {
         let scale = 1.0 + i as f64;
-        let loss = move |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| {
+        let loss = move |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
             let l = mse(&m.apply(ps, "", &b[0]), &b[1]);
             &l * &l.scalar_like(scale)
         };

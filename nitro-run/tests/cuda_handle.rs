@@ -17,6 +17,7 @@ use nitro_data::Splits;
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
+use nitro_graph::nn::Ctx;
 use nitro_graph::{Device, Tensor};
 use nitro_markers::{Experiment, ExperimentFields, Fields, GraphConst};
 use nitro_run::{Distributed, HookError, Metric, ModelParts, Nitro, Optimizer, RunError};
@@ -123,6 +124,7 @@ impl nitro_run::Experiment for Digits {
     fn forward(
         _: &DigitsView<Tensor>,
         model: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: Images<Tensor>,

@@ -12,6 +12,7 @@ use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
 use nitro_graph::nn::ops::mean_all;
+use nitro_graph::nn::Ctx;
 use nitro_graph::Tensor;
 use nitro_markers::{Device, Experiment, ExperimentFields, GraphConst, Tree};
 use nitro_run::{Distributed, HookError, Logger, Metric, ModelParts, Nitro, Progress, RunError};
@@ -76,6 +77,7 @@ impl nitro_run::Experiment for TwoHead {
     fn forward(
         e: &TwoHeadView<Tensor>,
         m: &TwoModel,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::mse;
 use nitro_graph::nn::ops::mean_all;
+use nitro_graph::nn::Ctx;
 use nitro_graph::{Array, Tensor};
 use nitro_markers::Tree;
 use nitro_run::step_api::{train, trainstep, trainstep_withgradient, ModelAndParams, OptState};
@@ -41,7 +42,7 @@ fn batch(n: usize, offset: f32) -> Vec<Array> {
     ]
 }
 
-fn loss(m: &Chain, ps: &Params<Tensor>, b: &[Tensor]) -> Tensor {
+fn loss(m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]) -> Tensor {
     mse(&m.apply(ps, "", &b[0]), &b[1])
 }
 
@@ -88,7 +89,7 @@ fn aux_values_and_gradients_come_back() {
     let _g = lock();
     let mut m = model();
     let mut opt = OptState::new(Optimizer::sgd(0.1), &m);
-    let with_aux = |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| {
+    let with_aux = |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
         let pred = m.apply(ps, "", &b[0]);
         let l = mse(&pred, &b[1]);
         let twice = &l + &l;
@@ -119,7 +120,7 @@ fn train_stops_with_an_error_on_a_non_finite_loss() {
     let _g = lock();
     let mut m = model();
     let mut opt = OptState::new(Optimizer::sgd(0.05), &m);
-    let with_term = |m: &Chain, ps: &Params<Tensor>, b: &[Tensor]| {
+    let with_term = |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
         mse(&m.apply(ps, "", &b[0]), &b[1]) + mean_all(&b[2])
     };
     let term = |v: f32| Array::new(&[1], vec![v]).unwrap();

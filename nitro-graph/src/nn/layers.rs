@@ -1,10 +1,20 @@
 //! Lux-style layers: a layer is a *description*; `init` writes its initial
-//! parameters into a named tree (`"0.weight"`, `"encoder.1.bias"`), `apply`
-//! reads traced parameters from the same paths. `Chain` composes layers.
+//! parameters into a named tree (`"0.weight"`, `"encoder.1.bias"`),
+//! `init_state` its initial state (BatchNorm's running statistics), and
+//! `forward` reads traced parameters and state from the same paths, in a
+//! [`Ctx`] that says whether it trains and holds the step's random key.
+//! State goes in and comes out: `forward` replaces the entries it updates
+//! in `st`, and the caller returns that tree as forward's new state.
+//!
+//! The basic layers live here; [`super::norm`] has BatchNorm,
+//! [`super::attention`] attention and transformer blocks, and
+//! [`super::combinators`] `Chain`, `Residual` and `Parallel`.
 
+pub use super::combinators::{Chain, Parallel, Residual};
 use super::conv::{conv2d, max_pool2d};
+use super::ctx::{Ctx, Mode};
 use super::init::InitRng;
-use super::ops::{gelu, mean, relu, var};
+use super::ops::{dropout, gelu, gelu_erf, mean, relu, var};
 use crate::error::GraphError;
 use crate::exec::Array;
 use crate::trace::Tensor;
@@ -13,15 +23,46 @@ use std::collections::BTreeMap;
 /// A params (or state) tree: path -> leaf, ordered by path.
 pub type Params<T> = BTreeMap<String, T>;
 
-/// A layer: initialises parameters, applies to traced inputs.
+/// A layer: initialises parameters (and state), applies to traced inputs.
 pub trait Layer: Send + Sync {
     /// Write initial parameters under `prefix`.
     fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>);
-    /// Apply to `x`, reading parameters under `prefix`.
-    fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor;
+
+    /// Write initial state under `prefix` (most layers have none).
+    fn init_state(&self, prefix: &str, state: &mut Params<Array>) {
+        let _ = (prefix, state);
+    }
+
+    /// Apply to `x` in context `cx`, reading parameters and state under
+    /// `prefix` and replacing in `st` the state entries it updates.
+    fn forward(
+        &self,
+        cx: &Ctx,
+        ps: &Params<Tensor>,
+        st: &mut Params<Tensor>,
+        prefix: &str,
+        x: &Tensor,
+    ) -> Tensor;
+
+    /// [`Layer::forward`] without a mode or state, for models of stateless
+    /// layers (Dense, Conv2d, ...). A layer that depends on the mode
+    /// (Dropout, BatchNorm) refuses it with a trace error naming the fix.
+    fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
+        self.forward(&Ctx::unspecified(), params, &mut Params::new(), prefix, x)
+    }
 }
 
-fn path(prefix: &str, name: &str) -> String {
+/// A layer's initial parameters and state from `seed`.
+pub fn init_parts(layer: &dyn Layer, seed: u64) -> (Params<Array>, Params<Array>) {
+    let mut params = Params::new();
+    layer.init(&mut InitRng::new(seed), "", &mut params);
+    let mut state = Params::new();
+    layer.init_state("", &mut state);
+    (params, state)
+}
+
+/// `prefix.name` (or `name` at the root).
+pub(crate) fn path(prefix: &str, name: &str) -> String {
     if prefix.is_empty() {
         name.to_string()
     } else {
@@ -29,13 +70,25 @@ fn path(prefix: &str, name: &str) -> String {
     }
 }
 
-fn param(params: &Params<Tensor>, x: &Tensor, prefix: &str, name: &str) -> Tensor {
+/// Parameter `prefix.name`; a missing one is a trace error listing the known ones.
+pub(crate) fn param(params: &Params<Tensor>, x: &Tensor, prefix: &str, name: &str) -> Tensor {
+    entry(params, "parameter", x, prefix, name)
+}
+
+/// Entry `prefix.name` of a params or state tree (`kind` names which).
+pub(crate) fn entry(
+    params: &Params<Tensor>,
+    kind: &'static str,
+    x: &Tensor,
+    prefix: &str,
+    name: &str,
+) -> Tensor {
     let p = path(prefix, name);
     match params.get(&p) {
         Some(t) => t.clone(),
         None => {
             x.tracer().fail(GraphError::Unknown {
-                kind: "parameter",
+                kind,
                 name: p,
                 known: params.keys().cloned().collect::<Vec<_>>().join(", "),
             });
@@ -44,7 +97,8 @@ fn param(params: &Params<Tensor>, x: &Tensor, prefix: &str, name: &str) -> Tenso
     }
 }
 
-fn array(shape: &[usize], data: Vec<f32>) -> Array {
+/// An f32 array of a shape its data matches.
+pub(crate) fn array(shape: &[usize], data: Vec<f32>) -> Array {
     Array::new(shape, data).expect("initialiser sizes match their shapes")
 }
 
@@ -55,8 +109,10 @@ pub enum Activation {
     Relu,
     /// tanh
     Tanh,
-    /// GELU (tanh approximation)
+    /// GELU, tanh approximation (GPT-2)
     Gelu,
+    /// GELU, exact: `x Φ(x)` with the erf (PyTorch's `nn.GELU()` default)
+    GeluErf,
     /// logistic sigmoid
     Sigmoid,
 }
@@ -68,6 +124,7 @@ impl Activation {
             Activation::Relu => relu(x),
             Activation::Tanh => x.tanh(),
             Activation::Gelu => gelu(x),
+            Activation::GeluErf => gelu_erf(x),
             Activation::Sigmoid => x.sigmoid(),
         }
     }
@@ -75,7 +132,14 @@ impl Activation {
 
 impl Layer for Activation {
     fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
-    fn apply(&self, _: &Params<Tensor>, _: &str, x: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        _: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        _: &str,
+        x: &Tensor,
+    ) -> Tensor {
         self.call(x)
     }
 }
@@ -89,6 +153,8 @@ pub struct Dense {
     pub output: usize,
     /// Optional activation.
     pub activation: Option<Activation>,
+    /// Whether it adds a bias (default true).
+    pub bias: bool,
 }
 
 impl Dense {
@@ -98,7 +164,14 @@ impl Dense {
             input,
             output,
             activation: None,
+            bias: true,
         }
+    }
+
+    /// The same layer without a bias (`y = act(x @ weight)`).
+    pub fn without_bias(mut self) -> Dense {
+        self.bias = false;
+        self
     }
 
     /// The same layer followed by `activation`.
@@ -113,16 +186,40 @@ impl Layer for Dense {
         let limit = (6.0 / (self.input + self.output) as f64).sqrt();
         let w = rng.uniform_vec(self.input * self.output, limit);
         params.insert(path(prefix, "weight"), array(&[self.input, self.output], w));
-        params.insert(
-            path(prefix, "bias"),
-            array(&[self.output], vec![0.0; self.output]),
-        );
+        if self.bias {
+            params.insert(
+                path(prefix, "bias"),
+                array(&[self.output], vec![0.0; self.output]),
+            );
+        }
     }
 
-    fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        params: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        prefix: &str,
+        x: &Tensor,
+    ) -> Tensor {
+        // Every axis but the last is a batch axis: `[.., in] -> [.., out]`.
+        let lead = &x.shape()[..x.rank().saturating_sub(1)];
+        let rows: usize = lead.iter().product();
+        let flat = if x.rank() == 2 {
+            x.clone()
+        } else {
+            x.reshape(&[rows, self.input])
+        };
         let w = param(params, x, prefix, "weight");
-        let b = param(params, x, prefix, "bias");
-        let y = x.matmul(&w) + b.reshape(&[1, self.output]);
+        let mut y = flat.matmul(&w);
+        if self.bias {
+            y = y + param(params, x, prefix, "bias").reshape(&[1, self.output]);
+        }
+        if x.rank() != 2 {
+            let mut shape = lead.to_vec();
+            shape.push(self.output);
+            y = y.reshape(&shape);
+        }
         match self.activation {
             Some(a) => a.call(&y),
             None => y,
@@ -160,7 +257,14 @@ impl Layer for Conv2d {
         );
     }
 
-    fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        params: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        prefix: &str,
+        x: &Tensor,
+    ) -> Tensor {
         let w = param(params, x, prefix, "weight");
         let b = param(params, x, prefix, "bias");
         conv2d(x, &w, Some(&b), self.stride, self.padding)
@@ -173,7 +277,14 @@ pub struct MaxPool2d(pub usize);
 
 impl Layer for MaxPool2d {
     fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
-    fn apply(&self, _: &Params<Tensor>, _: &str, x: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        _: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        _: &str,
+        x: &Tensor,
+    ) -> Tensor {
         max_pool2d(x, self.0, self.0)
     }
 }
@@ -184,7 +295,14 @@ pub struct Flatten;
 
 impl Layer for Flatten {
     fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
-    fn apply(&self, _: &Params<Tensor>, _: &str, x: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        _: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        _: &str,
+        x: &Tensor,
+    ) -> Tensor {
         let n = x.shape().first().copied().unwrap_or(1);
         x.reshape(&[n, x.numel() / n.max(1)])
     }
@@ -211,7 +329,14 @@ impl Layer for LayerNorm {
         );
     }
 
-    fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        params: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        prefix: &str,
+        x: &Tensor,
+    ) -> Tensor {
         let axis = x.rank() - 1;
         let mut kd = x.shape().to_vec();
         kd[axis] = 1;
@@ -242,7 +367,14 @@ impl Layer for Embedding {
         params.insert(path(prefix, "table"), array(&[self.vocab, self.dim], table));
     }
 
-    fn apply(&self, params: &Params<Tensor>, prefix: &str, ids: &Tensor) -> Tensor {
+    fn forward(
+        &self,
+        _: &Ctx,
+        params: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        prefix: &str,
+        ids: &Tensor,
+    ) -> Tensor {
         let table = param(params, ids, prefix, "table");
         let mut shape = ids.shape().to_vec();
         shape.push(self.dim);
@@ -250,40 +382,48 @@ impl Layer for Embedding {
     }
 }
 
-/// Layers applied in order; layer `i` keeps its parameters under `"i"`.
-#[derive(Default)]
-pub struct Chain(pub Vec<Box<dyn Layer>>);
+/// Inverted dropout: in training each element is zeroed with probability
+/// `rate` and the survivors scaled by `1 / (1 - rate)`, from the step's key;
+/// in evaluation the identity.
+#[derive(Clone, Copy, Debug)]
+pub struct Dropout {
+    /// Probability of zeroing an element, in [0, 1).
+    pub rate: f64,
+}
 
-impl Chain {
-    /// An empty chain.
-    pub fn new() -> Chain {
-        Chain(Vec::new())
-    }
-
-    /// Append a layer.
-    pub fn push(mut self, layer: impl Layer + 'static) -> Chain {
-        self.0.push(Box::new(layer));
-        self
-    }
-
-    /// Initial parameters from `seed`.
-    pub fn init_params(&self, seed: u64) -> Params<Array> {
-        let mut params = Params::new();
-        self.init(&mut InitRng::new(seed), "", &mut params);
-        params
+impl Dropout {
+    /// Dropout with probability `rate`.
+    pub fn new(rate: f64) -> Dropout {
+        Dropout { rate }
     }
 }
 
-impl Layer for Chain {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        for (i, layer) in self.0.iter().enumerate() {
-            layer.init(rng, &path(prefix, &i.to_string()), params);
-        }
-    }
+impl Layer for Dropout {
+    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
 
-    fn apply(&self, params: &Params<Tensor>, prefix: &str, x: &Tensor) -> Tensor {
-        self.0.iter().enumerate().fold(x.clone(), |h, (i, layer)| {
-            layer.apply(params, &path(prefix, &i.to_string()), &h)
-        })
+    fn forward(
+        &self,
+        cx: &Ctx,
+        _: &Params<Tensor>,
+        _: &mut Params<Tensor>,
+        prefix: &str,
+        x: &Tensor,
+    ) -> Tensor {
+        let name = format!("Dropout at `{prefix}`");
+        if !(0.0..1.0).contains(&self.rate) {
+            x.tracer().fail(GraphError::Layer {
+                layer: name,
+                reason: format!("rate {} is outside [0, 1)", self.rate),
+                fix: "use a rate in [0, 1) (0 disables it)".into(),
+            });
+            return x.clone();
+        }
+        if self.rate == 0.0 {
+            return x.clone();
+        }
+        match (cx.require_mode(&name, x), cx.key()) {
+            (Mode::Train, Some(key)) => dropout(x, key.tensor(), self.rate, true),
+            _ => x.clone(),
+        }
     }
 }

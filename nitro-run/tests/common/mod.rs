@@ -9,6 +9,7 @@ use nitro_data::{HostArray, InMemory, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
+use nitro_graph::nn::Ctx;
 use nitro_graph::Tensor;
 use nitro_markers::{Device, Experiment, Fields, GraphConst};
 use nitro_run::{
@@ -119,6 +120,7 @@ impl nitro_run::Experiment for Tiny {
     fn forward(
         e: &TinyView<Tensor>,
         m: &Chain,
+        _: &Ctx,
         ps: &Params<Tensor>,
         st: &Params<Tensor>,
         x: X<Tensor>,
