@@ -47,7 +47,7 @@ impl nitro_run::Experiment for BenchMlp {
     type Targets = Labels<Tensor>;
     type Outputs = Tensor;
 
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let mut model = Chain::new();
         let mut input = 784;
         for _ in 0..*self.layers {
@@ -57,11 +57,11 @@ impl nitro_run::Experiment for BenchMlp {
         let model = model.push(Dense::new(input, 10));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(generate(&DigitsConfig {

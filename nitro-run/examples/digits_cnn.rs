@@ -70,7 +70,7 @@ impl nitro_run::Experiment for DigitsCnn {
     type Targets = Labels<Tensor>;
     type Outputs = Tensor;
 
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<LeNet> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<LeNet>, HookError> {
         let conv = |input, output, padding| Conv2d {
             input,
             output,
@@ -92,11 +92,11 @@ impl nitro_run::Experiment for DigitsCnn {
         model.fc1.init(rng, "fc1", &mut params);
         model.fc2.init(rng, "fc2", &mut params);
         model.fc3.init(rng, "fc3", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
 
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {

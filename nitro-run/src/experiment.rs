@@ -107,7 +107,9 @@ pub trait Experiment: ExperimentFields + 'static {
     type Outputs: Tree<Tensors>;
 
     /// Builds the model, its parameters and state (deterministic in `rng`).
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Self::Model>;
+    /// An error (weights that fail to load, a bad shape) reaches the user
+    /// as `RunError::Hook { hook: "build_model", .. }`.
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Self::Model>, HookError>;
 
     /// Builds the data: `Splits { train, val, test }`. `dist` is `None` today.
     fn build_data(&self, dist: Option<&Distributed>) -> Result<Splits, HookError>;

@@ -37,13 +37,13 @@
 //!     type Inputs = Img<Tensor>;
 //!     type Targets = Label<Tensor>;
 //!     type Outputs = Tensor;
-//!     fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+//!     fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
 //!         let model = Chain::new()
 //!             .push(Dense::new(784, *self.width).with(Activation::Relu))
 //!             .push(Dense::new(*self.width, 10));
 //!         let mut params = Params::new();
 //!         model.init(rng, "", &mut params);
-//!         ModelParts { model, params, state: Params::new() }
+//!         Ok(ModelParts { model, params, state: Params::new() })
 //!     }
 //!     fn build_data(&self, _: Option<&nitro_run::Distributed>) -> Result<nitro_data::Splits, HookError> {
 //!         let cfg = nitro_data::digits::DigitsConfig { train: 2000, val: 500, test: 500, seed: 1 };

@@ -87,7 +87,12 @@ impl<E: Experiment> Nitro<E> {
             .map(|((name, _), _)| name)
             .collect();
         let seed = e.seed();
-        let parts = e.build_model(&mut InitRng::new(seed));
+        let parts = e
+            .build_model(&mut InitRng::new(seed))
+            .map_err(|source| RunError::Hook {
+                hook: "build_model",
+                source,
+            })?;
         let dtype = parts
             .params
             .values()

@@ -75,15 +75,15 @@ impl nitro_run::Experiment for EveryDtype {
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
 
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Dense> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Dense>, HookError> {
         let model = Dense::new(4, 3);
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: state(),
-        }
+        })
     }
 
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {

@@ -73,7 +73,7 @@ impl nitro_run::Experiment for Act {
     type Inputs = X<Tensor>;
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let act = if self.relu {
             Activation::Relu
         } else {
@@ -84,11 +84,11 @@ impl nitro_run::Experiment for Act {
             .push(Dense::new(6, 3));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(Splits {
@@ -294,15 +294,15 @@ impl nitro_run::Experiment for Derived {
     type Inputs = X<Tensor>;
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new().push(Dense::new(4, 3));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(Splits {
@@ -409,12 +409,12 @@ impl nitro_run::Experiment for Lsq {
     type Inputs = X<Tensor>;
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
-    fn build_model(&self, _: &mut InitRng) -> ModelParts<Chain> {
-        ModelParts {
+    fn build_model(&self, _: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
+        Ok(ModelParts {
             model: Chain::new().push(Dense::new(4, 2)),
             params: lsq_params(),
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(Splits {
@@ -577,15 +577,15 @@ impl nitro_run::Experiment for Big {
     type Inputs = X<Tensor>;
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new().push(Dense::new(4, 3));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(Splits {
@@ -667,15 +667,15 @@ impl nitro_run::Experiment for Metrics {
     type Inputs = X<Tensor>;
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new().push(Dense::new(4, 3));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         let with_label2 = |n: usize, seed: u64| {

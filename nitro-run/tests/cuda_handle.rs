@@ -101,17 +101,17 @@ impl nitro_run::Experiment for Digits {
     type Targets = Labels<Tensor>;
     type Outputs = Tensor;
 
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new()
             .push(Dense::new(784, *self.width).with(Activation::Relu))
             .push(Dense::new(*self.width, 10));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
         Ok(generate(&DigitsConfig {

@@ -51,7 +51,7 @@ impl nitro_run::Experiment for TwoHead {
     type Targets = Y<Tensor>;
     type Outputs = Heads;
 
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<TwoModel> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<TwoModel>, HookError> {
         let decoder = Chain::new()
             .push(Dense::new(4, 8).with(Activation::Tanh))
             .push(Dense::new(8, 3));
@@ -59,11 +59,11 @@ impl nitro_run::Experiment for TwoHead {
         let mut params = Params::new();
         decoder.init(rng, "decoder", &mut params);
         aux.init(rng, "aux", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model: TwoModel { decoder, aux },
             params,
             state: Params::new(),
-        }
+        })
     }
 
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {

@@ -95,17 +95,17 @@ impl nitro_run::Experiment for Tiny {
     type Targets = Y<Tensor>;
     type Outputs = Tensor;
 
-    fn build_model(&self, rng: &mut InitRng) -> ModelParts<Chain> {
+    fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new()
             .push(Dense::new(4, *self.width).with(Activation::Tanh))
             .push(Dense::new(*self.width, 3));
         let mut params = Params::new();
         model.init(rng, "", &mut params);
-        ModelParts {
+        Ok(ModelParts {
             model,
             params,
             state: Params::new(),
-        }
+        })
     }
 
     fn build_data(&self, _: Option<&Distributed>) -> Result<Splits, HookError> {
