@@ -64,7 +64,7 @@ impl nitro_run::Experiment for Noisy {
         let mut params = Params::new();
         model.init(rng, "", &mut params);
         Ok(ModelParts {
-            state: model.init_state(),
+            state: model.initial_state(),
             model,
             params,
         })

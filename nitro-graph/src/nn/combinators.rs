@@ -36,7 +36,7 @@ impl Chain {
     }
 
     /// Initial state (running statistics; empty for stateless layers).
-    pub fn init_state(&self) -> Params<Array> {
+    pub fn initial_state(&self) -> Params<Array> {
         let mut state = Params::new();
         Layer::init_state(self, "", &mut state);
         state
