@@ -23,6 +23,11 @@
 //! pooling allocator, host<->device copies, cuBLAS products and NVRTC
 //! compilation.
 //!
+//! Collectives between processes ([`collective`]: the process group under
+//! `mpirun`, a fixed-order all-reduce, broadcast, barrier) live here too, so
+//! that nitro-graph can run an all-reduce without knowing MPI. MPI is the
+//! `mpi` feature; without it a world of one needs nothing.
+//!
 //! ```
 //! use nitro_device::{DType, Device, HostArray, HostBuffer};
 //! let buf = HostBuffer::from(vec![1.0f32, 2.0, 3.0]);
@@ -38,6 +43,7 @@
 
 mod array;
 mod buffer;
+pub mod collective;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(not(feature = "cuda"))]

@@ -1,0 +1,560 @@
+//! The MPI communicator (feature `mpi`): the fixed-order all-reduce of
+//! [`super::order`] over MPI point-to-point messages, with every wait
+//! bounded.
+//!
+//! Why point-to-point and not `MPI_Allreduce`: MPI picks its reduction
+//! algorithm by message size and process count, so neither the order of the
+//! additions nor bitwise equality across ranks is promised; and a blocking
+//! collective cannot be abandoned when a peer dies or hangs. Here every
+//! message is non-blocking (`MPI_Isend` / `MPI_Irecv`) and polled with
+//! `MPI_Test` until it completes or the group's timeout passes; the
+//! requests still pending then name the lost ranks. The communicator's
+//! error handler is `MPI_ERRORS_RETURN`, so an MPI failure is an error
+//! value, never an abort of the job.
+//!
+//! After a failure the group is *broken*: later calls are refused, and MPI
+//! is not finalised at drop (finalising waits for the lost peer). Buffers
+//! that pending requests may still touch are leaked, never freed under
+//! MPI's feet: a failure ends the job, so the leak is bounded.
+//!
+//! Calls are serialised by a mutex (MPI is initialised with
+//! `MPI_THREAD_SERIALIZED`): a program may run its collective on any
+//! thread, one at a time.
+
+use super::order::{chunk_range, sum_in_rank_order, Summable};
+use super::{summable, Backend, CollectiveError, Communicator, Launch};
+use crate::HostBuffer;
+use mpi::environment::{Threading, Universe};
+use mpi::ffi;
+use mpi::topology::Communicator as _;
+use std::os::raw::{c_int, c_void};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Message tags: one per phase, so that the two phases of one all-reduce
+/// and a broadcast never match each other's messages (MPI keeps the order
+/// of messages between two ranks with one tag, so successive calls of one
+/// collective need no more).
+const TAG_REDUCE: c_int = 101;
+const TAG_GATHER: c_int = 102;
+const TAG_BROADCAST: c_int = 103;
+
+/// The MPI world of this process.
+pub(super) struct MpiCommunicator {
+    rank: usize,
+    world_size: usize,
+    timeout: Duration,
+    /// `MPI_COMM_WORLD` duplicated, so that nitro's messages never match a
+    /// user's own MPI traffic.
+    comm: ffi::MPI_Comm,
+    /// Serialises MPI calls; holds the first failure once there is one.
+    state: Mutex<Option<String>>,
+    universe: Option<Universe>,
+}
+
+// SAFETY: the raw communicator handle is only used under `state`'s lock,
+// and MPI was initialised with at least MPI_THREAD_SERIALIZED, which allows
+// calls from any thread as long as they do not overlap.
+unsafe impl Send for MpiCommunicator {}
+// SAFETY: as for Send: every MPI call is made under `state`'s lock.
+unsafe impl Sync for MpiCommunicator {}
+
+impl std::fmt::Debug for MpiCommunicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "MpiCommunicator(rank {} of {}, timeout {:?})",
+            self.rank, self.world_size, self.timeout
+        )
+    }
+}
+
+impl Drop for MpiCommunicator {
+    fn drop(&mut self) {
+        let broken = self.state.get_mut().map_or(true, |s| s.is_some());
+        if broken {
+            // MPI_Finalize synchronises with every peer; a lost one would
+            // hang it. The job fails anyway: exit without finalising.
+            std::mem::forget(self.universe.take());
+        } else {
+            // SAFETY: `comm` came from MPI_Comm_dup and is freed once.
+            unsafe { ffi::MPI_Comm_free(&mut self.comm) };
+        }
+    }
+}
+
+fn error_string(code: c_int) -> String {
+    let mut buf = vec![0u8; ffi::MPI_MAX_ERROR_STRING as usize + 1];
+    let mut len: c_int = 0;
+    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING characters, as required.
+    unsafe { ffi::MPI_Error_string(code, buf.as_mut_ptr().cast(), &mut len) };
+    buf.truncate(len.max(0) as usize);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// An MPI element type.
+trait MpiElement: Copy {
+    fn datatype() -> ffi::MPI_Datatype;
+}
+
+macro_rules! mpi_element {
+    ($t:ty, $d:ident) => {
+        impl MpiElement for $t {
+            fn datatype() -> ffi::MPI_Datatype {
+                // SAFETY: an extern constant of the MPI shim, set at link time.
+                unsafe { ffi::$d }
+            }
+        }
+    };
+}
+mpi_element!(f32, RSMPI_FLOAT);
+mpi_element!(f64, RSMPI_DOUBLE);
+mpi_element!(i32, RSMPI_INT32_T);
+mpi_element!(i64, RSMPI_INT64_T);
+mpi_element!(u8, RSMPI_UINT8_T);
+
+/// One posted message: its request, the peer, and for a receive the
+/// element count it must deliver.
+struct Pending {
+    request: ffi::MPI_Request,
+    peer: usize,
+    expect: Option<usize>,
+}
+
+/// The messages of one phase of one collective.
+struct Exchange<'c> {
+    comm: &'c MpiCommunicator,
+    op: &'static str,
+    pending: Vec<Pending>,
+}
+
+impl<'c> Exchange<'c> {
+    fn new(comm: &'c MpiCommunicator, op: &'static str) -> Exchange<'c> {
+        Exchange {
+            comm,
+            op,
+            pending: Vec::new(),
+        }
+    }
+
+    fn mpi_error(&self, code: c_int, peer: Option<usize>) -> CollectiveError {
+        CollectiveError::Mpi {
+            rank: self.comm.rank,
+            op: self.op,
+            peer,
+            code,
+            message: error_string(code),
+        }
+    }
+
+    fn count(&self, len: usize) -> Result<c_int, CollectiveError> {
+        c_int::try_from(len).map_err(|_| CollectiveError::TooLarge {
+            op: self.op,
+            bytes: len,
+        })
+    }
+
+    /// Post a send of `data` to `peer`.
+    ///
+    /// # Safety
+    /// `data` must stay allocated and unmodified until [`Exchange::wait`]
+    /// returns `Ok`, or forever if it fails.
+    unsafe fn send<T: MpiElement>(
+        &mut self,
+        data: &[T],
+        peer: usize,
+        tag: c_int,
+    ) -> Result<(), CollectiveError> {
+        let count = self.count(data.len())?;
+        // SAFETY: a null request is the documented initial value.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `data` is valid for `count` elements of T's datatype and
+        // outlives the request (the caller's contract).
+        let code = unsafe {
+            ffi::MPI_Isend(
+                data.as_ptr() as *const c_void,
+                count,
+                T::datatype(),
+                peer as c_int,
+                tag,
+                self.comm.comm,
+                &mut request,
+            )
+        };
+        if code != ffi::MPI_SUCCESS as c_int {
+            return Err(self.mpi_error(code, Some(peer)));
+        }
+        self.pending.push(Pending {
+            request,
+            peer,
+            expect: None,
+        });
+        Ok(())
+    }
+
+    /// Post a receive of exactly `data.len()` elements from `peer`.
+    ///
+    /// # Safety
+    /// As [`Exchange::send`], and `data` is not read until the wait
+    /// succeeded.
+    unsafe fn recv<T: MpiElement>(
+        &mut self,
+        data: &mut [T],
+        peer: usize,
+        tag: c_int,
+    ) -> Result<(), CollectiveError> {
+        let count = self.count(data.len())?;
+        // SAFETY: a null request is the documented initial value.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `data` is valid for writes of `count` elements and
+        // outlives the request (the caller's contract).
+        let code = unsafe {
+            ffi::MPI_Irecv(
+                data.as_mut_ptr() as *mut c_void,
+                count,
+                T::datatype(),
+                peer as c_int,
+                tag,
+                self.comm.comm,
+                &mut request,
+            )
+        };
+        if code != ffi::MPI_SUCCESS as c_int {
+            return Err(self.mpi_error(code, Some(peer)));
+        }
+        self.pending.push(Pending {
+            request,
+            peer,
+            expect: Some(data.len()),
+        });
+        Ok(())
+    }
+
+    /// Poll every posted message until all completed, or the deadline
+    /// passed (the ranks still pending are lost), or one failed.
+    fn wait<T: MpiElement>(mut self, started: Instant) -> Result<(), CollectiveError> {
+        let deadline = started + self.comm.timeout;
+        let mut polls: u32 = 0;
+        while !self.pending.is_empty() {
+            let mut i = 0;
+            while i < self.pending.len() {
+                let p = &mut self.pending[i];
+                let mut flag: c_int = 0;
+                // SAFETY: a zeroed status is a valid out-parameter.
+                let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+                // SAFETY: `request` is a live request posted by this exchange.
+                let code = unsafe { ffi::MPI_Test(&mut p.request, &mut flag, &mut status) };
+                if code != ffi::MPI_SUCCESS as c_int {
+                    let peer = p.peer;
+                    return Err(self.mpi_error(code, Some(peer)));
+                }
+                if flag == 0 {
+                    i += 1;
+                    continue;
+                }
+                if let Some(expect) = p.expect {
+                    let mut got: c_int = 0;
+                    // SAFETY: `status` was filled by the completed receive.
+                    unsafe { ffi::MPI_Get_count(&status, T::datatype(), &mut got) };
+                    if got as usize != expect {
+                        return Err(CollectiveError::Length {
+                            rank: self.comm.rank,
+                            op: self.op,
+                            peer: p.peer,
+                            expected: expect,
+                            got: got.max(0) as usize,
+                        });
+                    }
+                }
+                self.pending.swap_remove(i);
+            }
+            if self.pending.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let mut lost: Vec<usize> = self.pending.iter().map(|p| p.peer).collect();
+                lost.sort_unstable();
+                lost.dedup();
+                return Err(CollectiveError::LostRanks {
+                    rank: self.comm.rank,
+                    op: self.op,
+                    lost,
+                    waited: started.elapsed(),
+                });
+            }
+            // Spin briefly (a step's collective usually completes within
+            // microseconds), then back off so a waiting rank leaves the
+            // cores to the ones still computing.
+            polls = polls.saturating_add(1);
+            if polls < 200 {
+                std::thread::yield_now();
+            } else if polls < 2_000 {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl MpiCommunicator {
+    /// Initialise MPI for `launch` and return the world with this
+    /// process's local rank.
+    pub(super) fn init(
+        launch: &Launch,
+        timeout: Duration,
+    ) -> Result<(MpiCommunicator, usize), CollectiveError> {
+        let (universe, provided) = mpi::initialize_with_threading(Threading::Serialized)
+            .ok_or_else(|| {
+                CollectiveError::Init(
+                    "MPI is already initialised in this process: join the group once \
+                     (ProcessGroup::from_env) and clone it"
+                        .into(),
+                )
+            })?;
+        if matches!(provided, Threading::Single | Threading::Funneled) {
+            return Err(CollectiveError::Init(format!(
+                "this MPI provides threading level {provided:?}; nitro needs MPI_THREAD_SERIALIZED"
+            )));
+        }
+        let world = universe.world();
+        let (rank, world_size) = (world.rank() as usize, world.size() as usize);
+        if world_size != launch.world_size || rank != launch.rank {
+            return Err(CollectiveError::Init(format!(
+                "{} announced rank {} of {}, but MPI reports rank {rank} of {world_size}: \
+                 is the binary linked against another MPI than the launcher's?",
+                launch.launcher, launch.rank, launch.world_size
+            )));
+        }
+        let local_rank = world.split_shared(rank as c_int).rank() as usize;
+        // SAFETY: MPI is initialised; COMM_WORLD and ERRORS_RETURN are the
+        // shim's constants, and `comm` receives a new handle.
+        let comm = unsafe {
+            let code =
+                ffi::MPI_Comm_set_errhandler(ffi::RSMPI_COMM_WORLD, ffi::RSMPI_ERRORS_RETURN);
+            if code != ffi::MPI_SUCCESS as c_int {
+                return Err(CollectiveError::Init(error_string(code)));
+            }
+            let mut comm = ffi::RSMPI_COMM_WORLD;
+            let code = ffi::MPI_Comm_dup(ffi::RSMPI_COMM_WORLD, &mut comm);
+            if code != ffi::MPI_SUCCESS as c_int {
+                return Err(CollectiveError::Init(error_string(code)));
+            }
+            // Inherited from the world by the duplicate, but say it.
+            ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN);
+            comm
+        };
+        Ok((
+            MpiCommunicator {
+                rank,
+                world_size,
+                timeout,
+                comm,
+                state: Mutex::new(None),
+                universe: Some(universe),
+            },
+            local_rank,
+        ))
+    }
+
+    /// Run `body` under the lock, refusing once the group is broken and
+    /// marking it broken when `body` fails.
+    fn guarded(
+        &self,
+        op: &'static str,
+        body: impl FnOnce() -> Result<(), CollectiveError>,
+    ) -> Result<(), CollectiveError> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cause) = state.as_ref() {
+            return Err(CollectiveError::Broken {
+                rank: self.rank,
+                op,
+                cause: cause.clone(),
+            });
+        }
+        let result = body();
+        if let Err(e) = &result {
+            *state = Some(e.to_string());
+        }
+        result
+    }
+
+    /// The owner all-reduce of `data` (see [`super::order`]).
+    fn all_reduce<T: Summable + MpiElement>(
+        &self,
+        op: &'static str,
+        data: &mut [T],
+    ) -> Result<(), CollectiveError> {
+        let (me, world, n) = (self.rank, self.world_size, data.len());
+        let started = Instant::now();
+        // Owned copies: pending messages read and write these, never the
+        // caller's buffer, so a failure can leak them safely.
+        let work: Vec<T> = data.to_vec();
+        let mine = chunk_range(n, world, me);
+        let mut parts: Vec<Vec<T>> = (0..world)
+            .map(|q| {
+                if q == me {
+                    Vec::new()
+                } else {
+                    vec![T::default(); mine.len()]
+                }
+            })
+            .collect();
+        let mut result: Vec<T> = vec![T::default(); n];
+        let outcome = (|| {
+            let mut ex = Exchange::new(self, op);
+            for q in (0..world).filter(|&q| q != me) {
+                // SAFETY: `work` and `parts` outlive the wait, or are
+                // leaked below when it fails.
+                unsafe {
+                    ex.recv(&mut parts[q], q, TAG_REDUCE)?;
+                    ex.send(&work[chunk_range(n, world, q)], q, TAG_REDUCE)?;
+                }
+            }
+            ex.wait::<T>(started)?;
+            let ordered: Vec<&[T]> = (0..world)
+                .map(|q| {
+                    if q == me {
+                        &work[mine.clone()]
+                    } else {
+                        parts[q].as_slice()
+                    }
+                })
+                .collect();
+            sum_in_rank_order(&ordered, &mut result[mine.clone()]);
+            let mut ex = Exchange::new(self, op);
+            let base = result.as_mut_ptr();
+            for q in (0..world).filter(|&q| q != me) {
+                let theirs = chunk_range(n, world, q);
+                // SAFETY: the chunks of `result` are disjoint; the one sent
+                // is only read and the others only written while pending,
+                // and `result` outlives the wait or is leaked.
+                unsafe {
+                    let into = std::slice::from_raw_parts_mut(base.add(theirs.start), theirs.len());
+                    ex.recv(into, q, TAG_GATHER)?;
+                    let from = std::slice::from_raw_parts(base.add(mine.start), mine.len());
+                    ex.send(from, q, TAG_GATHER)?;
+                }
+            }
+            ex.wait::<T>(started)
+        })();
+        match outcome {
+            Ok(()) => {
+                data.copy_from_slice(&result);
+                Ok(())
+            }
+            Err(e) => {
+                std::mem::forget((work, parts, result));
+                Err(e)
+            }
+        }
+    }
+
+    fn broadcast_bytes(&self, bytes: &mut [u8], root: usize) -> Result<(), CollectiveError> {
+        let started = Instant::now();
+        let mut staged: Vec<u8> = bytes.to_vec();
+        let outcome = (|| {
+            let mut ex = Exchange::new(self, "broadcast");
+            if self.rank == root {
+                for q in (0..self.world_size).filter(|&q| q != root) {
+                    // SAFETY: `staged` outlives the wait or is leaked.
+                    unsafe { ex.send(&staged, q, TAG_BROADCAST)? };
+                }
+            } else {
+                // SAFETY: as above.
+                unsafe { ex.recv(&mut staged, root, TAG_BROADCAST)? };
+            }
+            ex.wait::<u8>(started)
+        })();
+        match outcome {
+            Ok(()) => {
+                bytes.copy_from_slice(&staged);
+                Ok(())
+            }
+            Err(e) => {
+                std::mem::forget(staged);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// The bytes of any host buffer (every dtype is plain old data; bool is
+/// one byte 0/1, and only bytes another rank's bool buffer held arrive).
+fn bytes_of(buf: &mut HostBuffer) -> &mut [u8] {
+    fn raw<T>(v: &mut [T]) -> &mut [u8] {
+        // SAFETY: any initialised memory may be viewed as bytes; the
+        // length is the slice's size in bytes.
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
+    }
+    match buf {
+        HostBuffer::F32(v) => raw(v),
+        HostBuffer::F64(v) => raw(v),
+        HostBuffer::F16(v) => raw(v),
+        HostBuffer::BF16(v) => raw(v),
+        HostBuffer::I32(v) => raw(v),
+        HostBuffer::I64(v) => raw(v),
+        HostBuffer::U8(v) => v,
+        HostBuffer::Bool(v) => raw(v),
+    }
+}
+
+impl Communicator for MpiCommunicator {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.world_size
+    }
+
+    fn backend(&self) -> Backend {
+        Backend::Mpi
+    }
+
+    fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError> {
+        if !summable(buf.dtype()) {
+            return Err(CollectiveError::DType {
+                op: "all_reduce_sum",
+                dtype: buf.dtype(),
+            });
+        }
+        if self.world_size == 1 {
+            return Ok(());
+        }
+        self.guarded("all_reduce_sum", || match buf {
+            HostBuffer::F32(v) => self.all_reduce("all_reduce_sum", v),
+            HostBuffer::F64(v) => self.all_reduce("all_reduce_sum", v),
+            HostBuffer::I32(v) => self.all_reduce("all_reduce_sum", v),
+            HostBuffer::I64(v) => self.all_reduce("all_reduce_sum", v),
+            _ => unreachable!("checked summable above"),
+        })
+    }
+
+    fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> Result<(), CollectiveError> {
+        if root >= self.world_size {
+            return Err(CollectiveError::Root {
+                root,
+                world_size: self.world_size,
+            });
+        }
+        if self.world_size == 1 {
+            return Ok(());
+        }
+        // A bool buffer must receive only 0/1 bytes: every rank passes the
+        // same dtype (a length check would not see a dtype mismatch of
+        // equal byte size, so it is the contract, as for MPI itself).
+        self.guarded("broadcast", || self.broadcast_bytes(bytes_of(buf), root))
+    }
+
+    fn barrier(&self) -> Result<(), CollectiveError> {
+        if self.world_size == 1 {
+            return Ok(());
+        }
+        // An all-reduce of nothing: every pair of ranks exchanges an empty
+        // message, so no rank leaves before all arrived, and a missing one
+        // is named by every other.
+        self.guarded("barrier", || self.all_reduce::<i32>("barrier", &mut []))
+    }
+}

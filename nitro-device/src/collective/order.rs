@@ -1,0 +1,119 @@
+//! The fixed reduction order, independent of the transport.
+//!
+//! A buffer of `n` elements is cut into `world` contiguous chunks
+//! ([`chunk_range`]); rank `c` *owns* chunk `c`. Every rank sends chunk `c`
+//! of its buffer to owner `c`; the owner adds the `world` contributions in
+//! rank order, starting from rank 0's value ([`sum_in_rank_order`]):
+//!
+//! ```text
+//! out[i] = ((x_0[i] + x_1[i]) + x_2[i]) + ... + x_{world-1}[i]
+//! ```
+//!
+//! and sends its summed chunk to every rank. Each element is computed by
+//! exactly one rank and shipped as bytes, so every rank holds bitwise the
+//! same result, and that result is the sequential left fold a test can
+//! write in one line, whatever the message timing. Starting from rank 0's
+//! value rather than from zero keeps the sign of `-0.0`.
+//!
+//! Why owners rather than one root: a root would receive `(world-1) * n`
+//! elements and sum them all while the others wait; owners share both the
+//! traffic (`(world-1) * n / world` in and out per rank, as a ring
+//! all-reduce) and the additions. Why not a ring: a ring's partial sums
+//! start at a different rank for each chunk, so the order differs per
+//! element and no simple sequential sum reproduces it. And every pair of
+//! ranks exchanges a message in each phase, so a rank that never answers is
+//! seen, and named, by every other rank.
+
+use std::ops::Range;
+
+/// Elements `start..end` of chunk `owner` of a buffer of `n` elements cut
+/// into `world` chunks whose lengths differ by at most one.
+pub fn chunk_range(n: usize, world: usize, owner: usize) -> Range<usize> {
+    let (base, extra) = (n / world, n % world);
+    let start = owner * base + owner.min(extra);
+    start..start + base + usize::from(owner < extra)
+}
+
+/// The element types a collective can sum.
+pub trait Summable: Copy + Default + Send + 'static {
+    /// `self + other` (wrapping for integers, so no rank panics).
+    fn add(self, other: Self) -> Self;
+}
+
+impl Summable for f32 {
+    fn add(self, other: f32) -> f32 {
+        self + other
+    }
+}
+impl Summable for f64 {
+    fn add(self, other: f64) -> f64 {
+        self + other
+    }
+}
+impl Summable for i32 {
+    fn add(self, other: i32) -> i32 {
+        self.wrapping_add(other)
+    }
+}
+impl Summable for i64 {
+    fn add(self, other: i64) -> i64 {
+        self.wrapping_add(other)
+    }
+}
+
+/// `out[i] = parts[0][i] + parts[1][i] + ...`, added in the order of
+/// `parts` (rank order). Every part has `out.len()` elements.
+pub fn sum_in_rank_order<T: Summable>(parts: &[&[T]], out: &mut [T]) {
+    let Some((first, rest)) = parts.split_first() else {
+        return;
+    };
+    out.copy_from_slice(first);
+    for part in rest {
+        for (o, &x) in out.iter_mut().zip(part.iter()) {
+            *o = o.add(x);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn chunks_tile_the_buffer(n in 0usize..1000, world in 1usize..17) {
+            let mut next = 0;
+            for owner in 0..world {
+                let r = chunk_range(n, world, owner);
+                prop_assert_eq!(r.start, next);
+                prop_assert!(r.len() == n / world || r.len() == n / world + 1);
+                next = r.end;
+            }
+            prop_assert_eq!(next, n);
+        }
+
+        #[test]
+        fn sum_is_the_left_fold(xs in proptest::collection::vec(
+            proptest::collection::vec(-1e30f32..1e30, 5), 1..6)) {
+            let parts: Vec<&[f32]> = xs.iter().map(|v| v.as_slice()).collect();
+            let mut out = vec![0.0; 5];
+            sum_in_rank_order(&parts, &mut out);
+            for i in 0..5 {
+                let mut s = xs[0][i];
+                for x in &xs[1..] {
+                    s += x[i];
+                }
+                prop_assert_eq!(out[i].to_bits(), s.to_bits());
+            }
+        }
+    }
+
+    #[test]
+    fn negative_zero_survives() {
+        let (a, b) = ([-0.0f64], [-0.0f64]);
+        let mut out = [1.0];
+        sum_in_rank_order(&[&a, &b], &mut out);
+        assert!(out[0] == 0.0 && out[0].is_sign_negative());
+    }
+}
