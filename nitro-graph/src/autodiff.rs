@@ -35,6 +35,15 @@ impl Tracer {
             )));
         }
         let relevant = self.relevant_nodes(loss.id, wrt);
+        if let Some(id) = (0..relevant.len())
+            .find(|&id| relevant[id] && matches!(self.node(id).0, Op::AllReduceSum { .. }))
+        {
+            return Err(GraphError::Grad(format!(
+                "`all_reduce_sum` (%{id}) lies between the loss and an input it is \
+                 differentiated by: all-reduce the gradients after `grad`, not a value \
+                 the loss is computed from"
+            )));
+        }
         let mut adjoint: HashMap<NodeId, Tensor> = HashMap::new();
         adjoint.insert(loss.id, loss.scalar_like(1.0));
         for id in (0..=loss.id).rev() {
@@ -128,6 +137,9 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
     match op {
         Op::Input { .. } | Op::Fill { .. } | Op::Literal { .. } | Op::Iota { .. } => vec![],
         Op::RandomUniform { .. } | Op::Compare(_) => vec![None; args.len()],
+        // Refused before the walk (`Tracer::grad`): data-parallel training
+        // all-reduces gradients after the backward pass, so no rule is needed.
+        Op::AllReduceSum { .. } => vec![None],
         Op::Unary(u) => vec![match u {
             UnaryOp::Neg => Some(-g),
             UnaryOp::Exp => Some(g * out),

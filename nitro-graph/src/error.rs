@@ -86,6 +86,29 @@ pub enum GraphError {
     /// A backend cannot run this program here.
     #[error("backend: {0}")]
     Backend(String),
+    /// A program with all-reduces called with no process group, or with a
+    /// group of another size than it was compiled for.
+    #[error(
+        "program `{program}` all-reduces over {compiled} processes but was run {given}; {hint}"
+    )]
+    World {
+        /// Program name.
+        program: String,
+        /// The world size its all-reduces were traced for.
+        compiled: usize,
+        /// How it was run (`alone`, `in a group of 3`).
+        given: String,
+        /// How to fix it.
+        hint: &'static str,
+    },
+    /// A collective failed while the program ran (a lost rank, an MPI error).
+    #[error("program `{program}`: {source}")]
+    Collective {
+        /// Program name.
+        program: String,
+        /// What the communicator reported.
+        source: nitro_device::collective::CollectiveError,
+    },
 }
 
 fn fmt_shapes(shapes: &[Vec<usize>]) -> String {

@@ -24,6 +24,7 @@ use crate::backend::cuda::CudaProgram;
 use crate::error::{GraphError, Result};
 use crate::ir::{Graph, TensorSpec};
 use crate::trace::{trace, Tensor, Tracer};
+use nitro_device::collective::Communicator;
 use nitro_device::cuda::{CudaBuffer, CudaDevice, PendingUpload};
 use nitro_device::{Device, DeviceError};
 use std::sync::Arc;
@@ -231,6 +232,28 @@ impl Executable {
         }
     }
 
+    /// [`Executable::run`] in a process group: all-reduces sum over the
+    /// ranks of `comm` (see [`Program::run_with`]).
+    pub fn run_with(&self, inputs: &mut [Array], comm: &dyn Communicator) -> Result<Vec<Array>> {
+        match self {
+            Executable::Cpu(p) => p.run_with(inputs, comm),
+            Executable::Cuda(p) => {
+                p.desc().check_world(Some(comm))?;
+                p.run(inputs)
+            }
+        }
+    }
+
+    /// [`Executable::run_values`] in a process group (see
+    /// [`Executable::run_with`]).
+    pub fn run_values_with(
+        &self,
+        args: &mut [Value],
+        comm: &dyn Communicator,
+    ) -> Result<Vec<Value>> {
+        self.run_values_in(args, Some(comm))
+    }
+
     /// Call with values wherever they live. Donated outputs replace their
     /// inputs in place (a resident buffer stays resident and is updated
     /// without a copy back); the other outputs are returned on the device,
@@ -238,9 +261,18 @@ impl Executable {
     /// awaited on the device and a host one uploaded for this call; a CPU
     /// program takes host values only.
     pub fn run_values(&self, args: &mut [Value]) -> Result<Vec<Value>> {
+        self.run_values_in(args, None)
+    }
+
+    fn run_values_in(
+        &self,
+        args: &mut [Value],
+        comm: Option<&dyn Communicator>,
+    ) -> Result<Vec<Value>> {
         let desc = self.desc();
         let specs: Vec<TensorSpec> = args.iter().map(Value::spec).collect();
         desc.check_specs(specs.iter())?;
+        desc.check_world(comm)?;
         match self {
             Executable::Cpu(p) => {
                 if args.iter().any(|v| !matches!(v, Value::Host(_))) {
@@ -256,7 +288,10 @@ impl Executable {
                         _ => unreachable!("checked above"),
                     })
                     .collect();
-                let result = p.run(&mut arrays);
+                let result = match comm {
+                    Some(c) => p.run_with(&mut arrays, c),
+                    None => p.run(&mut arrays),
+                };
                 for (v, a) in args.iter_mut().zip(arrays) {
                     *v = Value::Host(a);
                 }

@@ -14,6 +14,7 @@ use crate::ir::{Graph, TensorSpec};
 use crate::passes::{default_pipeline, optimize, Pass};
 use crate::plan::{plan, MemoryPlan};
 use crate::trace::{trace, Tensor, Tracer};
+use nitro_device::collective::Communicator;
 use std::time::Instant;
 
 /// Programs whose intermediates total less than this run on the calling
@@ -78,6 +79,8 @@ pub struct ProgramDesc {
     stats: ProgramStats,
     returned: Vec<String>,
     donated: Vec<(String, String)>,
+    /// The world size of its all-reduces, if it has any.
+    world_size: Option<usize>,
 }
 
 /// A compiled, callable program.
@@ -131,6 +134,7 @@ impl ProgramDesc {
             donate.push((i, o));
         }
         optimize(&mut graph, &options.passes);
+        let world_size = collective_world(&graph, &options.name)?;
         let sched: Schedule = schedule(&graph);
         let memory = plan(&graph, &sched, &donate);
         let returned = memory
@@ -159,6 +163,40 @@ impl ProgramDesc {
             stats,
             returned,
             donated: options.donate,
+            world_size,
+        })
+    }
+
+    /// The number of processes its all-reduces sum over; `None` when it has
+    /// none (it then runs alone or in any group alike).
+    pub fn world_size(&self) -> Option<usize> {
+        self.world_size
+    }
+
+    /// Check that the program may run with `comm` (or alone, with `None`):
+    /// a program with all-reduces over N > 1 processes needs a group of
+    /// exactly N; one over a world of one runs alone or in a group of one.
+    pub fn check_world(&self, comm: Option<&dyn Communicator>) -> Result<()> {
+        let Some(compiled) = self.world_size else {
+            return Ok(());
+        };
+        let given = comm.map_or(1, |c| c.world_size());
+        if given == compiled {
+            return Ok(());
+        }
+        Err(GraphError::World {
+            program: self.name.clone(),
+            compiled,
+            given: match comm {
+                None => "alone".into(),
+                Some(c) => format!("in a group of {}", c.world_size()),
+            },
+            hint: match comm {
+                None if compiled > 1 => {
+                    "call `run_with` with the process group's communicator (launch under mpirun -n N)"
+                }
+                _ => "trace and compile it again for this world (the world size is part of its graph and key)",
+            },
         })
     }
 
@@ -255,6 +293,25 @@ impl ProgramDesc {
     }
 }
 
+/// The one world size of `graph`'s all-reduces: a program sums over one
+/// process group, so two sizes in one graph are refused.
+fn collective_world(graph: &Graph, program: &str) -> Result<Option<usize>> {
+    let mut sizes = graph.nodes.iter().filter_map(|n| match n.op {
+        crate::ir::Op::AllReduceSum { world_size } => Some(world_size),
+        _ => None,
+    });
+    let Some(first) = sizes.next() else {
+        return Ok(None);
+    };
+    match sizes.find(|&w| w != first) {
+        None => Ok(Some(first)),
+        Some(other) => Err(GraphError::Backend(format!(
+            "program `{program}` all-reduces over {first} and over {other} processes: \
+             one program runs in one process group; trace every all_reduce_sum with the group's world_size()"
+        ))),
+    }
+}
+
 /// Compile an already traced graph.
 pub fn compile_graph(graph: Graph, options: CompileOptions) -> Result<Program> {
     let mut desc = ProgramDesc::lower(graph, options)?;
@@ -288,18 +345,44 @@ impl Program {
     /// Call the program. Donated outputs are written into their inputs
     /// (which is why `inputs` is mutable); the other outputs are returned in
     /// the order of [`Program::returned_names`].
+    ///
+    /// A program with all-reduces over more than one process needs
+    /// [`Program::run_with`].
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// [`Program::run`] in a process group: every all-reduce sums over the
+    /// ranks of `comm`, which must have the world size the program was
+    /// traced for ([`ProgramDesc::world_size`]). The communicator is used
+    /// for this call only; the program never keeps it.
+    pub fn run_with(&self, inputs: &mut [Array], comm: &dyn Communicator) -> Result<Vec<Array>> {
+        self.run_inner(inputs, Some(comm))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &mut [Array],
+        comm: Option<&dyn Communicator>,
+    ) -> Result<Vec<Array>> {
         self.check_signature(inputs)?;
+        self.desc.check_world(comm)?;
         let d = &self.desc;
+        let failed = |source| GraphError::Collective {
+            program: d.name.clone(),
+            source,
+        };
         // A large program runs on a rayon worker, so the thread stepping
         // through its kernels is one of the pool's threads rather than a
         // third one competing with the spinning workers (measured here: the
         // MLP step 6.3-8.6 ms -> 5.9 ms, stable). A tiny one runs inline:
         // waking a worker costs ~15 us, more than the whole call.
         if d.stats.unshared_bytes >= INLINE_BELOW_BYTES {
-            Ok(rayon::scope(|_| self.exe.run(&d.graph, &d.plan, inputs)))
+            rayon::scope(|_| self.exe.run(&d.graph, &d.plan, inputs, comm)).map_err(failed)
         } else {
-            Ok(self.exe.run(&d.graph, &d.plan, inputs))
+            self.exe
+                .run(&d.graph, &d.plan, inputs, comm)
+                .map_err(failed)
         }
     }
 
@@ -307,10 +390,15 @@ impl Program {
     /// its description, slowest first (a poor man's profiler).
     pub fn profile(&self, inputs: &mut [Array]) -> Result<Vec<(f64, String)>> {
         self.check_signature(inputs)?;
+        self.desc.check_world(None)?;
         let d = &self.desc;
         let mut times = Vec::new();
         self.exe
-            .run_timed(&d.graph, &d.plan, inputs, Some(&mut times));
+            .run_timed(&d.graph, &d.plan, inputs, None, Some(&mut times))
+            .map_err(|source| GraphError::Collective {
+                program: d.name.clone(),
+                source,
+            })?;
         let mut rows: Vec<(f64, String)> =
             times.into_iter().zip(self.exe.describe(&d.graph)).collect();
         rows.sort_by(|a, b| b.0.total_cmp(&a.0));

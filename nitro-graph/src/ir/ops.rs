@@ -210,6 +210,18 @@ pub enum Op {
         /// Transpose `b`.
         tb: bool,
     },
+    /// The element-wise sum of the argument over the `world_size` processes
+    /// of a process group (XLA's all-reduce): same shape and dtype, bitwise
+    /// equal on every rank (summed in rank order, see
+    /// `nitro_device::collective::order`). The group is handed to the
+    /// program when it runs, never captured at trace time; the world size
+    /// is part of the op (and so of the graph's content hash), so a program
+    /// compiled for one world refuses to run in another. A world of one is
+    /// the identity. Applied after the backward pass: autodiff refuses it.
+    AllReduceSum {
+        /// Processes the sum runs over.
+        world_size: usize,
+    },
 }
 
 impl Op {
@@ -239,6 +251,7 @@ impl Op {
             Op::Im2Col { .. } => "im2col".into(),
             Op::Col2Im { .. } => "col2im".into(),
             Op::MatMul { .. } => "matmul".into(),
+            Op::AllReduceSum { .. } => "all_reduce_sum".into(),
         }
     }
 
@@ -357,7 +370,8 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         | Op::Slice { .. }
         | Op::Pad { .. }
         | Op::Im2Col { .. }
-        | Op::Col2Im { .. } => 1,
+        | Op::Col2Im { .. }
+        | Op::AllReduceSum { .. } => 1,
         Op::Binary(_) | Op::Compare(_) | Op::Take | Op::ScatterAdd { .. } | Op::MatMul { .. } => 2,
         Op::Select => 3,
         Op::Concat { .. } => args.len().max(1),
@@ -707,6 +721,25 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
             let mut shape = a.shape[..ra - 2].to_vec();
             shape.extend([m, n]);
             Ok(TensorSpec::new(matmul_output(a.dtype), &shape))
+        }
+        Op::AllReduceSum { world_size } => {
+            let a = args[0];
+            if *world_size == 0 {
+                return Err(GraphError::shape(
+                    &name,
+                    "a process group has at least one process, got world_size 0",
+                    &[&a.shape],
+                    "pass the group's world_size()",
+                ));
+            }
+            if !nitro_device::collective::summable(a.dtype) {
+                return Err(GraphError::dtype(
+                    &name,
+                    format!("sums f32, f64, i32 or i64, got {}", a.dtype),
+                    "cast to f32 (or i32) first with `.cast(..)`",
+                ));
+            }
+            Ok(a.clone())
         }
     }
 }

@@ -43,6 +43,7 @@ impl fmt::Display for Graph {
                 )?,
                 Op::Concat { axis } => write!(f, " axis={axis}")?,
                 Op::MatMul { ta, tb } => write!(f, " ta={ta} tb={tb}")?,
+                Op::AllReduceSum { world_size } => write!(f, " world_size={world_size}")?,
                 _ => {}
             }
             for a in &node.args {

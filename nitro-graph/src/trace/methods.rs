@@ -326,6 +326,15 @@ impl Tensor {
             .record(Op::ScatterAdd { rows }, &[self, idx], self.dtype())
     }
 
+    /// The sum of `self` over the `world_size` processes of the process
+    /// group the program will run with (see [`Op::AllReduceSum`]); the
+    /// identity for a world of one. Not differentiable: apply it to
+    /// gradients, after [`crate::trace::Tracer::grad`].
+    pub fn all_reduce_sum(&self, world_size: usize) -> Tensor {
+        self.tracer
+            .record(Op::AllReduceSum { world_size }, &[self], self.dtype())
+    }
+
     /// The patch matrix `[c*kh*kw, n*oh*ow]` of NCHW images under `window`
     /// (im2col; see [`Op::Im2Col`]).
     pub fn im2col(&self, window: Window) -> Tensor {

@@ -3,10 +3,12 @@
 //! Fused elementwise groups run as chunked register loops (`fused`),
 //! matmuls through the `gemm` crate (`matmul`), reductions and data
 //! movement through a few strided kernels (`reduce`, `movement`), the
-//! convolution's patch matrices through `patches`. The
+//! convolution's patch matrices through `patches`, all-reduces through the
+//! communicator the call was given (`collective`). The
 //! workspace (every intermediate buffer of the memory plan) is allocated on
 //! the first call and reused by every later one.
 
+mod collective;
 mod fused;
 mod matmul;
 mod movement;
@@ -21,6 +23,7 @@ use crate::exec::Array;
 use crate::fusion::{strides_of, Kernel, Schedule};
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::{MemoryPlan, Storage};
+use nitro_device::collective::{CollectiveError, Communicator};
 use nitro_device::HostBuffer;
 use raw::Raw;
 use reduce::Reduction;
@@ -29,6 +32,9 @@ use std::sync::Mutex;
 enum CpuKernel {
     Fused(FusedKernel),
     Single(NodeId),
+    /// An all-reduce: the one kernel that talks to other processes, and
+    /// the one that can fail at run time.
+    Collective(NodeId),
 }
 
 struct Workspace {
@@ -50,6 +56,9 @@ impl CpuExecutable {
             .iter()
             .map(|k| match k {
                 Kernel::Fused(g) => CpuKernel::Fused(FusedKernel::new(graph, g)),
+                Kernel::Single(n) if matches!(graph.nodes[*n].op, Op::AllReduceSum { .. }) => {
+                    CpuKernel::Collective(*n)
+                }
                 Kernel::Single(n) => CpuKernel::Single(*n),
             })
             .collect();
@@ -73,7 +82,7 @@ impl CpuExecutable {
                         .map(|n| format!("%{n}"))
                         .collect::<Vec<_>>()
                 ),
-                CpuKernel::Single(n) => format!(
+                CpuKernel::Single(n) | CpuKernel::Collective(n) => format!(
                     "{} -> %{n}: {}",
                     graph.nodes[*n].op.name(),
                     graph.nodes[*n].spec
@@ -93,9 +102,19 @@ impl CpuExecutable {
     }
 
     /// Run with `inputs` (already checked against the signature); donated
-    /// outputs are written into their inputs, the rest are returned.
-    pub fn run(&self, graph: &Graph, plan: &MemoryPlan, inputs: &mut [Array]) -> Vec<Array> {
-        self.run_timed(graph, plan, inputs, None)
+    /// outputs are written into their inputs, the rest are returned. All-
+    /// reduces go through `comm`; without one they are the identity (the
+    /// caller checked that every all-reduce is over a world of one). Only
+    /// an all-reduce can fail; inputs are then left as they were unless the
+    /// plan updates them in place before it.
+    pub fn run(
+        &self,
+        graph: &Graph,
+        plan: &MemoryPlan,
+        inputs: &mut [Array],
+        comm: Option<&dyn Communicator>,
+    ) -> Result<Vec<Array>, CollectiveError> {
+        self.run_timed(graph, plan, inputs, comm, None)
     }
 
     /// As [`CpuExecutable::run`], recording each kernel's wall time (ms) in
@@ -105,14 +124,15 @@ impl CpuExecutable {
         graph: &Graph,
         plan: &MemoryPlan,
         inputs: &mut [Array],
+        comm: Option<&dyn Communicator>,
         times: Option<&mut Vec<f64>>,
-    ) -> Vec<Array> {
+    ) -> Result<Vec<Array>, CollectiveError> {
         let mut guard = self.workspace.try_lock().ok();
         let mut ws = match guard.as_mut().and_then(|g| g.take()) {
             Some(ws) => ws,
             None => Self::new_workspace(graph, plan),
         };
-        let outputs = self.run_in(graph, plan, inputs, &mut ws, times);
+        let outputs = self.run_in(graph, plan, inputs, &mut ws, comm, times);
         if let Some(g) = guard.as_mut() {
             **g = Some(ws);
         }
@@ -125,8 +145,9 @@ impl CpuExecutable {
         plan: &MemoryPlan,
         inputs: &mut [Array],
         ws: &mut Workspace,
+        comm: Option<&dyn Communicator>,
         mut times: Option<&mut Vec<f64>>,
-    ) -> Vec<Array> {
+    ) -> Result<Vec<Array>, CollectiveError> {
         {
             let input_raw: Vec<Raw> = inputs.iter_mut().map(|a| Raw::of(a.data_mut())).collect();
             let slot_raw: Vec<Raw> = ws.slots.iter_mut().map(Raw::of).collect();
@@ -146,6 +167,9 @@ impl CpuExecutable {
                         f.run(&ins, &outs);
                     }
                     CpuKernel::Single(n) => run_single(graph, *n, &raw),
+                    CpuKernel::Collective(n) => {
+                        collective::all_reduce_sum(raw(graph.nodes[*n].args[0]), raw(*n), comm)?
+                    }
                 }
                 if let (Some(t), Some(start)) = (times.as_mut(), start) {
                     t.push(start.elapsed().as_secs_f64() * 1e3);
@@ -162,7 +186,8 @@ impl CpuExecutable {
                 }
             }
         }
-        plan.returned_outputs(graph)
+        Ok(plan
+            .returned_outputs(graph)
             .into_iter()
             .map(|o| {
                 let node = graph.outputs[o].1;
@@ -170,7 +195,7 @@ impl CpuExecutable {
                 Array::new(&graph.nodes[node].spec.shape, data)
                     .expect("planned buffers match their specs")
             })
-            .collect()
+            .collect())
     }
 
     fn read<'a>(&self, storage: Storage, inputs: &'a [Array], ws: &'a Workspace) -> &'a HostBuffer {

@@ -73,6 +73,13 @@ impl CudaProgram {
     /// Compile `graph` and generate its CUDA source, without a device.
     pub fn generate(graph: Graph, options: CompileOptions) -> Result<CudaProgram> {
         let desc = ProgramDesc::lower(graph, options)?;
+        if let Some(world) = desc.world_size() {
+            return Err(GraphError::Backend(format!(
+                "program `{}`: all-reduce on CUDA needs NCCL: not built yet (an all_reduce_sum \
+                 over {world} processes); run data-parallel training on the CPU for now",
+                desc.name()
+            )));
+        }
         let source = codegen::generate(desc.graph(), desc.schedule());
         Ok(CudaProgram {
             desc,

@@ -1,0 +1,311 @@
+//! The all-reduce primitive: traced, printed, hashed, refused by autodiff,
+//! checked against the world it runs in, and executed by the CPU backend
+//! through the communicator handed to each call. The communicators here are
+//! in-process doubles that stand for the other ranks; the real MPI one is
+//! exercised by nitro-device's `mpi_ranks` tests.
+
+use nitro_device::collective::{Backend, CollectiveError, Communicator, SingleProcess};
+use nitro_graph::{
+    compile, trace, Array, CompileOptions, DType, GraphError, HostBuffer, TensorSpec,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Rank 0 of a world of `world` whose other ranks all hold `other`: the
+/// sum is `mine + other + other ...` in rank order, as the MPI group adds.
+#[derive(Debug)]
+struct OtherRanksHold {
+    world: usize,
+    other: f32,
+    calls: AtomicUsize,
+}
+
+impl Communicator for OtherRanksHold {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        self.world
+    }
+    fn backend(&self) -> Backend {
+        Backend::Single
+    }
+    fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let HostBuffer::F32(v) = buf else {
+            panic!("the test feeds f32")
+        };
+        for x in v.iter_mut() {
+            for _ in 1..self.world {
+                *x += self.other;
+            }
+        }
+        Ok(())
+    }
+    fn broadcast(&self, _: &mut HostBuffer, _: usize) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+    fn barrier(&self) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+}
+
+/// A group whose rank 1 never answers.
+#[derive(Debug)]
+struct LostPeer;
+
+impl Communicator for LostPeer {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        2
+    }
+    fn backend(&self) -> Backend {
+        Backend::Mpi
+    }
+    fn all_reduce_sum(&self, _: &mut HostBuffer) -> Result<(), CollectiveError> {
+        Err(CollectiveError::LostRanks {
+            rank: 0,
+            op: "all_reduce_sum",
+            lost: vec![1],
+            waited: Duration::from_secs(20),
+        })
+    }
+    fn broadcast(&self, _: &mut HostBuffer, _: usize) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+    fn barrier(&self) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+}
+
+fn sum_program(world: usize, shape: &[usize]) -> nitro_graph::Program {
+    compile(
+        &[("g", TensorSpec::f32(shape))],
+        CompileOptions::named("sum"),
+        |_, t| Ok(vec![("s".into(), t[0].all_reduce_sum(world))]),
+    )
+    .unwrap()
+}
+
+#[test]
+fn printed_with_its_world_and_hashed_by_it() {
+    let specs = [("g", TensorSpec::f32(&[3]))];
+    let graph = |world: Option<usize>| {
+        trace(&specs, |_, t| {
+            let y = t[0].exp();
+            Ok(vec![(
+                "y".into(),
+                world.map_or(y.clone(), |w| y.all_reduce_sum(w)),
+            )])
+        })
+        .unwrap()
+    };
+    let text = graph(Some(2)).to_string();
+    assert!(text.contains("all_reduce_sum world_size=2"), "{text}");
+    let hashes =
+        [graph(None), graph(Some(1)), graph(Some(2)), graph(Some(3))].map(|g| g.content_hash());
+    for i in 0..4 {
+        for j in 0..i {
+            assert_ne!(hashes[i], hashes[j], "graphs {i} and {j} share a key");
+        }
+    }
+}
+
+#[test]
+fn a_world_of_one_is_the_identity_alone_or_in_a_group_of_one() {
+    let p = sum_program(1, &[4]);
+    let x = Array::from_vec(&[4], vec![1.5f32, -0.0, f32::MAX, 3.25]).unwrap();
+    let alone = p.run(&mut [x.clone()]).unwrap();
+    let grouped = p.run_with(&mut [x.clone()], &SingleProcess).unwrap();
+    assert_eq!(p.desc().world_size(), Some(1));
+    for out in [&alone[0], &grouped[0]] {
+        let bits: Vec<u32> = out
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        let want: Vec<u32> = x
+            .as_slice::<f32>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect();
+        assert_eq!(bits, want);
+    }
+}
+
+#[test]
+fn the_call_s_communicator_sums_and_constants_are_not_folded_away() {
+    // Inputs, a constant and a value computed from both: if a pass folded
+    // the all-reduce of the constant, it would come out 2, not 2 * world.
+    let world = 3;
+    let p = compile(
+        &[("g", TensorSpec::f32(&[2]))],
+        CompileOptions::named("step"),
+        |_, t| {
+            let two = t[0].full_like(2.0);
+            Ok(vec![
+                ("g".into(), (&t[0] * 2.0).all_reduce_sum(world)),
+                ("c".into(), two.all_reduce_sum(world)),
+            ])
+        },
+    )
+    .unwrap();
+    let comm = OtherRanksHold {
+        world,
+        other: 0.5,
+        calls: AtomicUsize::new(0),
+    };
+    let out = p
+        .run_with(
+            &mut [Array::from_vec(&[2], vec![1.0f32, -4.0]).unwrap()],
+            &comm,
+        )
+        .unwrap();
+    // Rank order: rank 0's value, then 0.5 from each other rank.
+    assert_eq!(
+        out[0].as_slice::<f32>().unwrap(),
+        &[2.0 + 0.5 + 0.5, -8.0 + 0.5 + 0.5]
+    );
+    assert_eq!(out[1].as_slice::<f32>().unwrap(), &[3.0, 3.0]);
+    assert!(comm.calls.load(Ordering::SeqCst) >= 2);
+    // A second call reuses the program with whatever group it is given.
+    let again = OtherRanksHold {
+        world,
+        other: 1.0,
+        calls: AtomicUsize::new(0),
+    };
+    let out = p
+        .run_with(
+            &mut [Array::from_vec(&[2], vec![0.0f32, 0.0]).unwrap()],
+            &again,
+        )
+        .unwrap();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), &[2.0, 2.0]);
+}
+
+#[test]
+fn a_large_program_reduces_on_a_worker_thread_too() {
+    // Large enough that `Program::run` moves it onto a rayon worker.
+    let n = 200_000;
+    let p = sum_program(2, &[n]);
+    let comm = OtherRanksHold {
+        world: 2,
+        other: 1.0,
+        calls: AtomicUsize::new(0),
+    };
+    let x = Array::from_vec(&[n], vec![0.25f32; n]).unwrap();
+    let out = p.run_with(&mut [x], &comm).unwrap();
+    assert!(out[0].as_slice::<f32>().unwrap().iter().all(|&v| v == 1.25));
+}
+
+#[test]
+fn the_wrong_world_is_refused_before_running() {
+    let p = sum_program(2, &[2]);
+    let x = || Array::from_vec(&[2], vec![1.0f32, 2.0]).unwrap();
+    let e = p.run(&mut [x()]).unwrap_err();
+    assert!(
+        matches!(e, GraphError::World { compiled: 2, .. })
+            && e.to_string().contains("run alone")
+            && e.to_string().contains("run_with"),
+        "{e}"
+    );
+    let e = p.run_with(&mut [x()], &SingleProcess).unwrap_err();
+    assert!(
+        e.to_string().contains("in a group of 1") && e.to_string().contains("compile it again"),
+        "{e}"
+    );
+    // A program without all-reduces runs in any group.
+    let plain = compile(
+        &[("g", TensorSpec::f32(&[2]))],
+        CompileOptions::named("plain"),
+        |_, t| Ok(vec![("y".into(), t[0].exp())]),
+    )
+    .unwrap();
+    assert_eq!(plain.desc().world_size(), None);
+    plain.run_with(&mut [x()], &LostPeer).unwrap();
+}
+
+#[test]
+fn a_lost_rank_is_an_error_naming_program_and_rank() {
+    let p = sum_program(2, &[2]);
+    let e = p
+        .run_with(
+            &mut [Array::from_vec(&[2], vec![1.0f32, 2.0]).unwrap()],
+            &LostPeer,
+        )
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(e, GraphError::Collective { .. })
+            && msg.contains("program `sum`")
+            && msg.contains("lost rank 1"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn autodiff_refuses_it_and_gradients_can_be_reduced_after() {
+    let specs = [("w", TensorSpec::f32(&[3]))];
+    let err = trace(&specs, |tr, t| {
+        let loss = t[0].all_reduce_sum(2).sum_all();
+        let g = tr.grad(&loss, &[&t[0]])?;
+        Ok(vec![("g".into(), g[0].clone())])
+    })
+    .unwrap_err();
+    assert!(
+        matches!(err, GraphError::Grad(_))
+            && err.to_string().contains("all_reduce_sum")
+            && err.to_string().contains("after `grad`"),
+        "{err}"
+    );
+    let ok = trace(&specs, |tr, t| {
+        let loss = (&t[0] * &t[0]).sum_all();
+        let g = tr.grad(&loss, &[&t[0]])?;
+        Ok(vec![("g".into(), g[0].all_reduce_sum(2))])
+    });
+    assert!(ok.is_ok(), "{:?}", ok.err());
+}
+
+#[test]
+fn refused_dtypes_and_mixed_worlds() {
+    let e = trace(&[("b", TensorSpec::new(DType::Bool, &[2]))], |_, t| {
+        Ok(vec![("y".into(), t[0].all_reduce_sum(2))])
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("`all_reduce_sum`") && e.to_string().contains("bool"),
+        "{e}"
+    );
+    let e = compile(
+        &[("g", TensorSpec::f32(&[2]))],
+        CompileOptions::named("mixed"),
+        |_, t| {
+            Ok(vec![
+                ("a".into(), t[0].all_reduce_sum(2)),
+                ("b".into(), t[0].exp().all_reduce_sum(3)),
+            ])
+        },
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("over 2 and over 3 processes"), "{e}");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_refuses_it_by_name_until_nccl() {
+    let graph = trace(&[("g", TensorSpec::f32(&[2]))], |_, t| {
+        Ok(vec![("s".into(), t[0].all_reduce_sum(2))])
+    })
+    .unwrap();
+    let e = nitro_graph::backend::cuda::CudaProgram::generate(graph, CompileOptions::named("sum"))
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("all-reduce on CUDA needs NCCL: not built yet"),
+        "{e}"
+    );
+}
