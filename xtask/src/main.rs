@@ -1,7 +1,8 @@
 //! Project automation: `cargo xtask test | test-gpu | gpu-bundle | bench [--peers PYTHON] [NAME...] | ci`.
 //!
 //! `test` runs the workspace tests (the README's test command calls it),
-//! `ci` runs what `.ci/run` runs (format, lints, docs, tests, the CUDA build),
+//! `ci` runs what `.ci/run` runs (format, lints, docs, tests, the CUDA build,
+//! the MPI feature's multi-rank tests: see `mpi.rs`),
 //! `bench` builds in release mode and prints one JSON object per line (see
 //! `shared/BENCH.md`; with `--peers`, next to the peer frameworks' figures
 //! measured in the same sitting: see `bench.rs`), `test-gpu` runs the CUDA conformance suite and GPU
@@ -10,6 +11,7 @@
 //! machine that has no Rust toolchain.
 
 mod bench;
+mod mpi;
 
 use std::process::{Command, ExitCode};
 
@@ -77,6 +79,7 @@ fn ci() -> Result<(), String> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     test()?;
+    mpi::checks(cargo)?;
     // The GPU path must never stop compiling, even on a machine without one:
     // build everything with CUDA on, and run the CUDA crates' tests (their
     // GPU cases print "skipped: no CUDA driver" here; the generated kernels
