@@ -289,22 +289,38 @@ macro_rules! load_as {
             }
             Access::Strided { shape, strides } => {
                 let d = &mut $d[..$len];
-                for_each_run(shape, strides, $at, $len, |pos, off, run, step| {
-                    let out = &mut d[pos..pos + run];
-                    match step {
-                        0 => out.fill(conv(src[off])),
-                        1 => {
-                            for (x, s) in out.iter_mut().zip(&src[off..off + run]) {
-                                *x = conv(*s);
+                let r = shape.len();
+                let rep = shape[r - 1];
+                if r >= 2 && strides[r - 1] == 0 && rep > 1 && $at % rep == 0 && $len % rep == 0 {
+                    // The last axis is a broadcast (a pooling window's
+                    // column): walk the axes above it, each source element
+                    // written `rep` times, so a run is a row of windows,
+                    // not one window.
+                    let (outer, os) = (&shape[..r - 1], &strides[..r - 1]);
+                    for_each_run(outer, os, $at / rep, $len / rep, |pos, off, run, step| {
+                        let out = &mut d[pos * rep..(pos + run) * rep];
+                        for (i, o) in out.chunks_exact_mut(rep).enumerate() {
+                            o.fill(conv(src[off + i * step]));
+                        }
+                    });
+                } else {
+                    for_each_run(shape, strides, $at, $len, |pos, off, run, step| {
+                        let out = &mut d[pos..pos + run];
+                        match step {
+                            0 => out.fill(conv(src[off])),
+                            1 => {
+                                for (x, s) in out.iter_mut().zip(&src[off..off + run]) {
+                                    *x = conv(*s);
+                                }
+                            }
+                            _ => {
+                                for (i, x) in out.iter_mut().enumerate() {
+                                    *x = conv(src[off + i * step]);
+                                }
                             }
                         }
-                        _ => {
-                            for (i, x) in out.iter_mut().enumerate() {
-                                *x = conv(src[off + i * step]);
-                            }
-                        }
-                    }
-                });
+                    });
+                }
             }
         }
     }};

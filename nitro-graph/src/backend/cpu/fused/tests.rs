@@ -159,3 +159,26 @@ fn wide_build_equals_baseline_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn a_broadcast_last_axis_repeats_each_source_element() {
+    // rep 2 divides every chunk start (the whole-window walk); rep 3 does
+    // not (the per-run walk); both over several chunks and a remainder.
+    for rep in [2usize, 3, 4] {
+        let rows = 700;
+        let specs = [("col", TensorSpec::new(DType::F32, &[rows, 1]))];
+        let graph = trace(&specs, |_, t| {
+            let wide = t[0].broadcast_to(&[rows, rep]).reshape(&[rows * rep]);
+            Ok(vec![("y".into(), &wide * 2.0)])
+        })
+        .expect("traces");
+        let col: Vec<f64> = (0..rows).map(|i| i as f64 - 300.5).collect();
+        let mut inputs = [buffer(DType::F32, &col)];
+        let (base, wide) = both_builds(&graph, &mut inputs);
+        let want: Vec<u8> = (0..rows * rep)
+            .flat_map(|i| ((col[i / rep] * 2.0) as f32).to_le_bytes())
+            .collect();
+        assert!(base[0] == want, "rep {rep}: baseline build");
+        assert!(wide[0] == want, "rep {rep}: wide build");
+    }
+}
