@@ -4,7 +4,7 @@
 //! The microkernels are chosen at run time by CPU detection (the `x86-v4`
 //! feature of `gemm` adds the AVX-512 ones next to AVX2+FMA), so one binary
 //! runs at the width of whatever machine it lands on; nothing here depends
-//! on `target-cpu`. [`simd_level`] names what was detected.
+//! on `target-cpu`. [`super::simd_level`] names what was detected.
 //!
 //! Threading: one product splits over the rayon pool once it has at least
 //! [`PARALLEL_MIN_FLOPS`] multiply-adds; below that waking the workers
@@ -30,35 +30,6 @@ const SPLIT_K_MAX_OUTPUT: usize = 128 * 128;
 /// Each part of a k-split product contracts at least this many terms, so a
 /// part amortises its packing.
 const SPLIT_K_MIN_DEPTH: usize = 512;
-
-/// The SIMD level the gemm kernels dispatch to on this CPU: `"avx512"`
-/// (the x86-v4 set gemm needs: F, BW, CD, DQ, VL), `"avx2"` (AVX2 + FMA),
-/// or the architecture's baseline.
-pub fn simd_level() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let v4 = is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512cd")
-            && is_x86_feature_detected!("avx512dq")
-            && is_x86_feature_detected!("avx512vl");
-        if v4 {
-            return "avx512";
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            return "avx2";
-        }
-        "sse2"
-    }
-    #[cfg(target_arch = "aarch64")]
-    {
-        "neon"
-    }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    {
-        "scalar"
-    }
-}
 
 /// `out[b] = op(a[b]) @ op(b[b])` for every batch index; shapes as in the IR.
 /// f16/bf16 operands (mixed precision) are widened to f32 first, exactly,

@@ -15,9 +15,10 @@ mod movement;
 mod patches;
 mod raw;
 mod reduce;
+mod simd;
 
 pub use fused::{uniform, FusedKernel};
-pub use matmul::simd_level;
+pub use simd::simd_level;
 
 use crate::exec::Array;
 use crate::fusion::{strides_of, Kernel, Schedule};

@@ -177,20 +177,32 @@ fn reduce_windows(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[
             .flat_map(|&w| (0..len).map(move |i| w + i * stride))
             .collect();
     }
+    // Outputs go row by row along the last kept axis: one multi-index
+    // decomposition per row, then a fixed step per output.
+    let r = kept_shape.len();
+    let (row_len, row_step) = match r {
+        0 => (1, 0),
+        _ => (kept_shape[r - 1], kept_strides[r - 1]),
+    };
+    let outer = &kept_shape[..r.saturating_sub(1)];
+    let outer_strides = &kept_strides[..r.saturating_sub(1)];
     macro_rules! go {
         ($t:ty) => {{
             // SAFETY: distinct live buffers of dtype $t.
             let (s, d) = unsafe { (src.slice::<$t>(), dst.slice_mut::<$t>()) };
-            let f = |(o, out): (usize, &mut $t)| {
-                let b = movement::row_offset(o, &kept_shape, &kept_strides);
-                *out = window
-                    .iter()
-                    .fold(init(kind), |acc, &w| combine(kind, acc, s[b + w]));
+            let f = |(row, out): (usize, &mut [$t])| {
+                let b = movement::row_offset(row, outer, outer_strides);
+                for (j, o) in out.iter_mut().enumerate() {
+                    let at = b + j * row_step;
+                    *o = window
+                        .iter()
+                        .fold(init(kind), |acc, &w| combine(kind, acc, s[at + w]));
+                }
             };
             if d.len() >= PARALLEL_MIN / 4 {
-                d.par_iter_mut().enumerate().for_each(f);
+                d.par_chunks_mut(row_len).enumerate().for_each(f);
             } else {
-                d.iter_mut().enumerate().for_each(f);
+                d.chunks_mut(row_len).enumerate().for_each(f);
             }
         }};
     }

@@ -1,27 +1,21 @@
-//! Fused elementwise kernels: a group of elementwise nodes compiled to a
-//! short list of register instructions, evaluated over chunks of
-//! [`CHUNK`] elements. Each instruction is a tight loop over one chunk
-//! (vectorisable by the compiler), and the chunk's temporaries stay in L1:
-//! the group never writes an intermediate to memory. Large groups split
-//! their index range over rayon tasks.
+//! One chunk of a fused kernel: the register file ([`Reg`]), the register
+//! instructions ([`Instr`]) and their loops. Every loop here is
+//! `#[inline(always)]`, so it is compiled again inside each
+//! `#[target_feature]` entry point of [`super::FusedKernel`] and vectorises
+//! at the width the CPU offers (the crate itself is built for the
+//! architecture's baseline).
 
-use super::raw::Raw;
-use crate::fusion::{Access, FusedGroup, Source};
-use crate::ir::{BinaryOp, CmpOp, Graph, NodeId, Op, UnaryOp};
+use super::CHUNK;
+use crate::backend::cpu::raw::Raw;
+use crate::fusion::Access;
+use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 use crate::semantics as sem;
 use crate::{each_compare, each_float_binary, each_float_unary, each_int_binary, each_int_unary};
 use nitro_device::{bf16, f16, DType};
-use rayon::prelude::*;
-use std::collections::HashMap;
-
-/// Elements per chunk: small enough that a dozen f32 registers fit in L1.
-pub const CHUNK: usize = 256;
-/// Elements per parallel task.
-const TASK: usize = 16 * 1024;
 
 /// Register classes: storage types compute in their wider class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Class {
+pub(super) enum Class {
     F32,
     F64,
     I32,
@@ -29,7 +23,7 @@ enum Class {
     Bool,
 }
 
-fn class_of(d: DType) -> Class {
+pub(super) fn class_of(d: DType) -> Class {
     match d {
         DType::F32 | DType::F16 | DType::BF16 => Class::F32,
         DType::F64 => Class::F64,
@@ -40,7 +34,7 @@ fn class_of(d: DType) -> Class {
 }
 
 /// A chunk-sized register.
-enum Reg {
+pub(super) enum Reg {
     F32(Vec<f32>),
     F64(Vec<f64>),
     I32(Vec<i32>),
@@ -49,7 +43,7 @@ enum Reg {
 }
 
 impl Reg {
-    fn new(c: Class) -> Reg {
+    pub(super) fn new(c: Class) -> Reg {
         match c {
             Class::F32 => Reg::F32(vec![0.0; CHUNK]),
             Class::F64 => Reg::F64(vec![0.0; CHUNK]),
@@ -60,8 +54,9 @@ impl Reg {
     }
 }
 
+/// One register instruction over a chunk.
 #[derive(Clone, Debug)]
-enum Instr {
+pub(super) enum Instr {
     Load {
         dst: usize,
         input: usize,
@@ -111,207 +106,8 @@ enum Instr {
     },
 }
 
-/// A fused group ready to run: register instructions over the group's
-/// distinct memory inputs, and the registers stored to its outputs.
-#[derive(Clone, Debug)]
-pub struct FusedKernel {
-    /// Stored nodes the kernel reads, in input order.
-    pub inputs: Vec<NodeId>,
-    /// Nodes it writes, in output order.
-    pub outputs: Vec<NodeId>,
-    classes: Vec<Class>,
-    /// Constants and scalar loads (run once per task), then per-chunk loads,
-    /// then computations.
-    instrs: Vec<Instr>,
-    /// How many leading instructions run once per task.
-    constants: usize,
-    stores: Vec<usize>,
-    numel: usize,
-}
-
-impl FusedKernel {
-    /// Compile a fused group of `graph`.
-    pub fn new(graph: &Graph, group: &FusedGroup) -> FusedKernel {
-        let mut k = FusedKernel {
-            inputs: vec![],
-            outputs: group.stores.clone(),
-            classes: vec![],
-            instrs: vec![],
-            constants: 0,
-            stores: vec![],
-            numel: group.numel,
-        };
-        let mut reg_of: HashMap<NodeId, usize> = HashMap::new();
-        let mut source_reg: HashMap<String, usize> = HashMap::new();
-        let mut loads = vec![];
-        let mut fills = vec![];
-        let mut compute = vec![];
-        let new_reg = |classes: &mut Vec<Class>, c: Class| {
-            classes.push(c);
-            classes.len() - 1
-        };
-        // Pass 1: registers for every source that is not a group member.
-        for (m, srcs) in group.members.iter().zip(&group.sources) {
-            for (src, &arg) in srcs.iter().zip(&graph.nodes[*m].args) {
-                let arg_dtype = graph.nodes[arg].spec.dtype;
-                let key = format!("{src:?}{arg_dtype}");
-                if matches!(src, Source::Reg(_)) || source_reg.contains_key(&key) {
-                    continue;
-                }
-                let r = match src {
-                    Source::Fill(value) => {
-                        let r = new_reg(&mut k.classes, class_of(arg_dtype));
-                        fills.push(Instr::Fill {
-                            dst: r,
-                            value: *value,
-                        });
-                        r
-                    }
-                    Source::Iota(n) => {
-                        let r = new_reg(&mut k.classes, class_of(graph.nodes[*n].spec.dtype));
-                        compute.push(iota_instr(graph, *n, r));
-                        r
-                    }
-                    Source::Load { node, access } => {
-                        let input = match k.inputs.iter().position(|i| i == node) {
-                            Some(i) => i,
-                            None => {
-                                k.inputs.push(*node);
-                                k.inputs.len() - 1
-                            }
-                        };
-                        let r = new_reg(&mut k.classes, class_of(graph.nodes[*node].spec.dtype));
-                        // A scalar never changes between chunks: load it once per task.
-                        let list = if *access == Access::Scalar {
-                            &mut fills
-                        } else {
-                            &mut loads
-                        };
-                        list.push(Instr::Load {
-                            dst: r,
-                            input,
-                            access: access.clone(),
-                        });
-                        r
-                    }
-                    Source::Reg(_) => unreachable!("skipped above"),
-                };
-                source_reg.insert(key, r);
-            }
-        }
-        // Pass 2: one instruction per member.
-        for (&m, srcs) in group.members.iter().zip(&group.sources) {
-            let node = &graph.nodes[m];
-            let arg: Vec<usize> = srcs
-                .iter()
-                .zip(&node.args)
-                .map(|(s, &a)| match s {
-                    Source::Reg(n) => reg_of[n],
-                    other => source_reg[&format!("{other:?}{}", graph.nodes[a].spec.dtype)],
-                })
-                .collect();
-            let dst = new_reg(&mut k.classes, class_of(node.spec.dtype));
-            let instr = match &node.op {
-                Op::Fill { value, .. } => {
-                    fills.push(Instr::Fill { dst, value: *value });
-                    reg_of.insert(m, dst);
-                    continue;
-                }
-                Op::Iota { .. } => iota_instr(graph, m, dst),
-                Op::RandomUniform { salt, .. } => Instr::Random {
-                    dst,
-                    key: arg[0],
-                    salt: *salt,
-                },
-                Op::Unary(op) => Instr::Unary {
-                    dst,
-                    op: *op,
-                    a: arg[0],
-                },
-                Op::Binary(op) => Instr::Binary {
-                    dst,
-                    op: *op,
-                    a: arg[0],
-                    b: arg[1],
-                },
-                Op::Compare(op) => Instr::Compare {
-                    dst,
-                    op: *op,
-                    a: arg[0],
-                    b: arg[1],
-                },
-                Op::Select => Instr::Select {
-                    dst,
-                    c: arg[0],
-                    a: arg[1],
-                    b: arg[2],
-                },
-                Op::Cast { to } => Instr::Cast {
-                    dst,
-                    a: arg[0],
-                    to: *to,
-                },
-                other => unreachable!("{} is not elementwise", other.name()),
-            };
-            compute.push(instr);
-            reg_of.insert(m, dst);
-        }
-        k.constants = fills.len();
-        k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
-        k.stores = group.stores.iter().map(|s| reg_of[s]).collect();
-        k
-    }
-
-    /// Number of register instructions (for listings).
-    pub fn instr_count(&self) -> usize {
-        self.instrs.len()
-    }
-
-    /// Run over all elements, reading `inputs` and writing `outputs`.
-    pub fn run(&self, inputs: &[Raw], outputs: &[Raw]) {
-        let n = self.numel;
-        if n <= TASK {
-            self.run_range(inputs, outputs, 0, n);
-        } else {
-            (0..n.div_ceil(TASK)).into_par_iter().for_each(|t| {
-                let start = t * TASK;
-                self.run_range(inputs, outputs, start, (start + TASK).min(n));
-            });
-        }
-    }
-
-    fn run_range(&self, inputs: &[Raw], outputs: &[Raw], start: usize, end: usize) {
-        let mut regs: Vec<Reg> = self.classes.iter().map(|&c| Reg::new(c)).collect();
-        for instr in &self.instrs[..self.constants] {
-            exec(instr, &mut regs, inputs, 0, CHUNK);
-        }
-        let mut at = start;
-        while at < end {
-            let len = CHUNK.min(end - at);
-            for instr in &self.instrs[self.constants..] {
-                exec(instr, &mut regs, inputs, at, len);
-            }
-            for (&r, out) in self.stores.iter().zip(outputs) {
-                store(&regs[r], *out, at, len);
-            }
-            at += len;
-        }
-    }
-}
-
-fn iota_instr(graph: &Graph, n: NodeId, dst: usize) -> Instr {
-    let Op::Iota { axis, shape } = &graph.nodes[n].op else {
-        unreachable!("iota")
-    };
-    let div: usize = shape[axis + 1..].iter().product();
-    Instr::Iota {
-        dst,
-        div,
-        dim: shape[*axis],
-    }
-}
-
 /// Two distinct registers: `dst` mutably and `a` shared.
+#[inline(always)]
 fn pair(regs: &mut [Reg], dst: usize, a: usize) -> (&mut Reg, &Reg) {
     debug_assert_ne!(dst, a);
     if dst < a {
@@ -323,14 +119,22 @@ fn pair(regs: &mut [Reg], dst: usize, a: usize) -> (&mut Reg, &Reg) {
     }
 }
 
-/// Take `dst` out of the register file to write it while reading others.
-fn with_dst(regs: &mut [Reg], dst: usize, f: impl FnOnce(&mut Reg, &[Reg])) {
-    let mut d = std::mem::replace(&mut regs[dst], Reg::Bool(Vec::new()));
-    f(&mut d, regs);
+/// Take register `dst` out of the file to write it while reading others
+/// (put it back with [`put_back`]). No closure: a closure would be a
+/// function of its own, compiled for the baseline instead of inside the
+/// caller's `#[target_feature]` build.
+#[inline(always)]
+fn take(regs: &mut [Reg], dst: usize) -> Reg {
+    std::mem::replace(&mut regs[dst], Reg::Bool(Vec::new()))
+}
+
+#[inline(always)]
+fn put_back(regs: &mut [Reg], dst: usize, d: Reg) {
     regs[dst] = d;
 }
 
-fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, len: usize) {
+#[inline(always)]
+pub(super) fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, len: usize) {
     match instr {
         Instr::Load { dst, input, access } => {
             load(&mut regs[*dst], inputs[*input], access, at, len)
@@ -383,13 +187,19 @@ fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, len: usize) 
             unary(*op, d, a, len)
         }
         Instr::Binary { dst, op, a, b } => {
-            with_dst(regs, *dst, |d, r| binary(*op, d, &r[*a], &r[*b], len))
+            let mut d = take(regs, *dst);
+            binary(*op, &mut d, &regs[*a], &regs[*b], len);
+            put_back(regs, *dst, d);
         }
         Instr::Compare { dst, op, a, b } => {
-            with_dst(regs, *dst, |d, r| compare(*op, d, &r[*a], &r[*b], len))
+            let mut d = take(regs, *dst);
+            compare(*op, &mut d, &regs[*a], &regs[*b], len);
+            put_back(regs, *dst, d);
         }
         Instr::Select { dst, c, a, b } => {
-            with_dst(regs, *dst, |d, r| select(d, &r[*c], &r[*a], &r[*b], len))
+            let mut d = take(regs, *dst);
+            select(&mut d, &regs[*c], &regs[*a], &regs[*b], len);
+            put_back(regs, *dst, d);
         }
         Instr::Cast { dst, a, to } => {
             let (d, a) = pair(regs, *dst, *a);
@@ -412,6 +222,7 @@ pub fn uniform(key: i32, salt: u64, index: usize) -> f64 {
     (bits >> 40) as f64 / (1u64 << 24) as f64
 }
 
+#[inline(always)]
 fn fill(d: &mut Reg, v: f64, len: usize) {
     match d {
         Reg::F32(d) => d[..len].fill(v as f32),
@@ -426,6 +237,7 @@ fn fill(d: &mut Reg, v: f64, len: usize) {
 /// `f(position in chunk, source offset, run length, source step)`. The
 /// multi-index carry is paid once per run, and each run is then a plain
 /// copy (step 1), a splat (step 0, a broadcast axis) or a strided read.
+#[inline(always)]
 fn for_each_run(
     shape: &[usize],
     strides: &[usize],
@@ -477,27 +289,44 @@ macro_rules! load_as {
             }
             Access::Strided { shape, strides } => {
                 let d = &mut $d[..$len];
-                for_each_run(shape, strides, $at, $len, |pos, off, run, step| {
-                    let out = &mut d[pos..pos + run];
-                    match step {
-                        0 => out.fill(conv(src[off])),
-                        1 => {
-                            for (x, s) in out.iter_mut().zip(&src[off..off + run]) {
-                                *x = conv(*s);
+                let r = shape.len();
+                let rep = shape[r - 1];
+                if r >= 2 && strides[r - 1] == 0 && rep > 1 && $at % rep == 0 && $len % rep == 0 {
+                    // The last axis is a broadcast (a pooling window's
+                    // column): walk the axes above it, each source element
+                    // written `rep` times, so a run is a row of windows,
+                    // not one window.
+                    let (outer, os) = (&shape[..r - 1], &strides[..r - 1]);
+                    for_each_run(outer, os, $at / rep, $len / rep, |pos, off, run, step| {
+                        let out = &mut d[pos * rep..(pos + run) * rep];
+                        for (i, o) in out.chunks_exact_mut(rep).enumerate() {
+                            o.fill(conv(src[off + i * step]));
+                        }
+                    });
+                } else {
+                    for_each_run(shape, strides, $at, $len, |pos, off, run, step| {
+                        let out = &mut d[pos..pos + run];
+                        match step {
+                            0 => out.fill(conv(src[off])),
+                            1 => {
+                                for (x, s) in out.iter_mut().zip(&src[off..off + run]) {
+                                    *x = conv(*s);
+                                }
+                            }
+                            _ => {
+                                for (i, x) in out.iter_mut().enumerate() {
+                                    *x = conv(src[off + i * step]);
+                                }
                             }
                         }
-                        _ => {
-                            for (i, x) in out.iter_mut().enumerate() {
-                                *x = conv(src[off + i * step]);
-                            }
-                        }
-                    }
-                });
+                    });
+                }
             }
         }
     }};
 }
 
+#[inline(always)]
 fn load(d: &mut Reg, src: Raw, access: &Access, at: usize, len: usize) {
     // SAFETY: `src` is a live buffer of its dtype; within this chunk no
     // store to the same elements happens before the load completes.
@@ -533,7 +362,8 @@ fn load(d: &mut Reg, src: Raw, access: &Access, at: usize, len: usize) {
     }
 }
 
-fn store(r: &Reg, out: Raw, at: usize, len: usize) {
+#[inline(always)]
+pub(super) fn store(r: &Reg, out: Raw, at: usize, len: usize) {
     // SAFETY: each task writes a disjoint range [at, at+len) of `out`.
     unsafe {
         macro_rules! put {
@@ -574,6 +404,7 @@ macro_rules! map1 {
 // vectorises. An op float-only by the table never reaches an integer
 // register: `ir::infer` refuses it through the same table.
 
+#[inline(always)]
 fn unary(op: UnaryOp, d: &mut Reg, a: &Reg, len: usize) {
     match (d, a) {
         (Reg::F32(d), Reg::F32(a)) => {
@@ -588,6 +419,7 @@ fn unary(op: UnaryOp, d: &mut Reg, a: &Reg, len: usize) {
     }
 }
 
+#[inline(always)]
 fn int_unary<T: sem::IntElem>(op: UnaryOp, d: &mut [T], a: &[T]) {
     let Some(op) = op.on_integers() else {
         unreachable!("{op:?} is float-only; ir::infer refuses it on integers")
@@ -603,6 +435,7 @@ macro_rules! zip2 {
     }};
 }
 
+#[inline(always)]
 fn binary(op: BinaryOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
     match (d, a, b) {
         (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => {
@@ -617,6 +450,7 @@ fn binary(op: BinaryOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
     }
 }
 
+#[inline(always)]
 fn int_binary<T: sem::IntElem>(op: BinaryOp, d: &mut [T], a: &[T], b: &[T], len: usize) {
     let Some(op) = op.on_integers() else {
         unreachable!("{op:?} is float-only; ir::infer refuses it on integers")
@@ -624,6 +458,7 @@ fn int_binary<T: sem::IntElem>(op: BinaryOp, d: &mut [T], a: &[T], b: &[T], len:
     each_int_binary!(op, OP => zip2!(d, a, b, len, |x, y| sem::int_binary(OP, x, y)))
 }
 
+#[inline(always)]
 fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
     let Reg::Bool(d) = d else {
         unreachable!("compare writes bool")
@@ -638,10 +473,12 @@ fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
     }
 }
 
+#[inline(always)]
 fn cmp_into<T: PartialOrd + Copy>(op: CmpOp, d: &mut [bool], a: &[T], b: &[T], len: usize) {
     each_compare!(op, OP => zip2!(d, a, b, len, |x, y| sem::compare(OP, x, y)))
 }
 
+#[inline(always)]
 fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
     let Reg::Bool(c) = c else {
         unreachable!("bool condition")
@@ -680,6 +517,7 @@ fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
     }
 }
 
+#[inline(always)]
 fn cast(d: &mut Reg, a: &Reg, to: DType, len: usize) {
     macro_rules! conv {
         ($d:expr, $a:expr, $f:expr) => {

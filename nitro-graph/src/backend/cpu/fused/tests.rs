@@ -1,0 +1,184 @@
+//! The wide (`#[target_feature]`) build of the chunk loops computes exactly
+//! what the baseline build does: every op, on values that include ±0, NaN,
+//! ±inf and chunk remainders, compared bit for bit.
+
+use super::FusedKernel;
+use crate::backend::cpu::raw::Raw;
+use crate::fusion::{schedule, Kernel};
+use crate::ir::{Graph, Op, TensorSpec};
+use crate::semantics::Scalar;
+use crate::trace::{trace, Tensor};
+use nitro_device::{DType, HostBuffer};
+
+/// 1000 elements (not a multiple of the chunk) with the awkward values.
+fn values(seed: u64, int: bool) -> Vec<f64> {
+    let special = [
+        0.0,
+        -0.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        1.0,
+        -1.0,
+        0.5,
+    ];
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..1000)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let x = (s >> 11) as f64 / (1u64 << 53) as f64 * 8.0 - 4.0;
+            match (int, i % 11) {
+                (true, _) => (x * 1e3).trunc(),
+                (false, 0) => special[(i / 11) % special.len()],
+                _ => x,
+            }
+        })
+        .collect()
+}
+
+fn every_op(x: &Tensor, y: &Tensor, row: &Tensor, float: bool) -> Vec<(String, Tensor)> {
+    let mut out: Vec<Tensor> = vec![];
+    if float {
+        out.extend([
+            x.neg(),
+            x.exp(),
+            x.log(),
+            x.sqrt(),
+            x.tanh(),
+            x.sigmoid(),
+            x.sin(),
+            x.cos(),
+            x.abs(),
+            x.recip(),
+            x.sign(),
+            x.floor(),
+            x.pow(y),
+        ]);
+    } else {
+        out.extend([x.neg(), x.abs(), x.sign()]);
+    }
+    out.extend([
+        x + y,
+        x - y,
+        x * y,
+        x / y,
+        x.maximum(y),
+        x.minimum(y),
+        x.gt(y).select(x, y),
+        x.le(y).select(&x.neg(), y),
+        x.eq_t(y).cast(x.dtype()),
+        x.ne_t(y).cast(x.dtype()),
+        x.lt(y).cast(DType::I32).cast(x.dtype()),
+        x.ge(y).cast(DType::F64).cast(x.dtype()),
+        x.cast(DType::F16).cast(x.dtype()),
+        x.cast(DType::BF16).cast(x.dtype()),
+        x.cast(DType::U8).cast(x.dtype()),
+        x.cast(DType::I64).cast(x.dtype()),
+        // A broadcast row: a strided read inside each chunk.
+        x * &row.broadcast_to(&[25, 40]).reshape(&[1000]),
+    ]);
+    out.into_iter()
+        .enumerate()
+        .map(|(i, t)| (format!("o{i}"), t))
+        .collect()
+}
+
+fn buffer(d: DType, v: &[f64]) -> HostBuffer {
+    let mut b = HostBuffer::zeros(d, v.len());
+    let r = Raw::of(&mut b);
+    for (i, &x) in v.iter().enumerate() {
+        // SAFETY: `b` holds v.len() elements of dtype d.
+        unsafe {
+            match Scalar::fill(d, x) {
+                Scalar::F32(x) => *r.ptr::<f32>().add(i) = x,
+                Scalar::F64(x) => *r.ptr::<f64>().add(i) = x,
+                Scalar::I32(x) => *r.ptr::<i32>().add(i) = x,
+                Scalar::I64(x) => *r.ptr::<i64>().add(i) = x,
+                Scalar::Bool(x) => *r.ptr::<bool>().add(i) = x,
+            }
+        }
+    }
+    b
+}
+
+/// Run every fused kernel of `graph` (each reading graph inputs only) with
+/// the baseline build and with the dispatched one; the outputs' bytes.
+fn both_builds(graph: &Graph, inputs: &mut [HostBuffer]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let (mut base, mut wide) = (vec![], vec![]);
+    for kernel in schedule(graph).kernels {
+        let Kernel::Fused(group) = kernel else {
+            continue;
+        };
+        let k = FusedKernel::new(graph, &group);
+        let ins: Vec<Raw> = k
+            .inputs
+            .iter()
+            .map(|&n| match graph.nodes[n].op {
+                Op::Input { index } => Raw::of(&mut inputs[index]),
+                ref other => panic!("kernel reads {}: not an input", other.name()),
+            })
+            .collect();
+        let outs = |run: &dyn Fn(&[Raw], &[Raw])| -> Vec<Vec<u8>> {
+            let mut bufs: Vec<HostBuffer> = k
+                .outputs
+                .iter()
+                .map(|&o| HostBuffer::zeros(graph.nodes[o].spec.dtype, graph.nodes[o].spec.numel()))
+                .collect();
+            let raws: Vec<Raw> = bufs.iter_mut().map(Raw::of).collect();
+            run(&ins, &raws);
+            bufs.iter().map(|b| b.to_le_bytes()).collect()
+        };
+        base.extend(outs(&|i, o| k.run_range_inline(i, o, 0, k.numel)));
+        wide.extend(outs(&|i, o| k.run(i, o)));
+    }
+    (base, wide)
+}
+
+#[test]
+fn wide_build_equals_baseline_bit_for_bit() {
+    for d in [DType::F32, DType::F64, DType::I32, DType::I64] {
+        let float = matches!(d, DType::F32 | DType::F64);
+        let specs = [
+            ("x", TensorSpec::new(d, &[1000])),
+            ("y", TensorSpec::new(d, &[1000])),
+            ("row", TensorSpec::new(d, &[1, 40])),
+        ];
+        let graph = trace(&specs, |_, t| Ok(every_op(&t[0], &t[1], &t[2], float))).expect("traces");
+        let row = values(3, !float)[..40].to_vec();
+        let mut inputs = [
+            buffer(d, &values(1, !float)),
+            buffer(d, &values(2, !float)),
+            buffer(d, &row),
+        ];
+        let (base, wide) = both_builds(&graph, &mut inputs);
+        assert!(!base.is_empty(), "{d}: no fused kernel ran");
+        for (i, (b, w)) in base.iter().zip(&wide).enumerate() {
+            assert!(b == w, "{d}: output {i} differs between the builds");
+        }
+    }
+}
+
+#[test]
+fn a_broadcast_last_axis_repeats_each_source_element() {
+    // rep 2 divides every chunk start (the whole-window walk); rep 3 does
+    // not (the per-run walk); both over several chunks and a remainder.
+    for rep in [2usize, 3, 4] {
+        let rows = 700;
+        let specs = [("col", TensorSpec::new(DType::F32, &[rows, 1]))];
+        let graph = trace(&specs, |_, t| {
+            let wide = t[0].broadcast_to(&[rows, rep]).reshape(&[rows * rep]);
+            Ok(vec![("y".into(), &wide * 2.0)])
+        })
+        .expect("traces");
+        let col: Vec<f64> = (0..rows).map(|i| i as f64 - 300.5).collect();
+        let mut inputs = [buffer(DType::F32, &col)];
+        let (base, wide) = both_builds(&graph, &mut inputs);
+        let want: Vec<u8> = (0..rows * rep)
+            .flat_map(|i| ((col[i / rep] * 2.0) as f32).to_le_bytes())
+            .collect();
+        assert!(base[0] == want, "rep {rep}: baseline build");
+        assert!(wide[0] == want, "rep {rep}: wide build");
+    }
+}
