@@ -114,6 +114,7 @@ mod saver;
 mod store;
 mod tensor;
 
+pub use atomic::{remove_stale_temps, write_file_atomic};
 pub use checkpoint::Checkpoint;
 pub use error::{Error, Result};
 pub use fingerprint::{compare_fingerprint, Difference};
@@ -123,5 +124,5 @@ pub use nitro_device::DType;
 pub use rotation::{BestBy, Goal};
 pub use save::{encode, save};
 pub use saver::AsyncSaver;
-pub use store::{Store, StoreConfig, StoredCheckpoint};
+pub use store::{Store, StoreConfig, StoredCheckpoint, MANIFEST, STORE_METRICS};
 pub use tensor::TensorEntry;
