@@ -381,7 +381,7 @@ impl Store {
     }
 }
 
-fn path_for(dir: &Path, step: u64) -> PathBuf {
+pub(crate) fn path_for(dir: &Path, step: u64) -> PathBuf {
     dir.join(format!(
         "{PREFIX}{step:0width$}{SUFFIX}",
         width = STEP_DIGITS

@@ -374,7 +374,7 @@ fn checkpoints_rotate_keep_last_n_and_best_m() {
     let d = tempfile::tempdir().unwrap();
     let mut e = tiny(d.path());
     e.epochs = 1;
-    e.knobs.every_steps = 1;
+    e.knobs.every = Some(nitro_run::Cadence::Steps(1));
     e.knobs.keep_last = Some(2);
     let mut n = Nitro::new(e).unwrap();
     n.train().unwrap();
