@@ -5,7 +5,10 @@
 //!
 //! **Owns:** the checkpoint format ([`save`], [`load`], lazy [`Reader`]),
 //! the run-state record ([`Checkpoint`], [`Metadata`]), a rotating directory
-//! of checkpoints ([`Store`], [`AsyncSaver`]), fingerprint comparison
+//! of checkpoints ([`Store`], [`AsyncSaver`]) whose checksummed manifest is
+//! rebuilt from the checkpoints when damaged, crash-safe replacement of any
+//! small file ([`write_file_atomic`]) and the cleanup of what killed writers
+//! left ([`remove_stale_temps`]), fingerprint comparison
 //! ([`compare_fingerprint`]), the export container ([`export::Export`]) and
 //! safetensors reading, writing and mismatch listing
 //! ([`safetensors::compare`]). Every dtype is stored as itself:

@@ -4,11 +4,14 @@
 //! and deletes only files that satisfy both, so nothing it did not write is
 //! ever removed.
 //!
-//! Crash safety: a save first records the step in the manifest, then writes
-//! the checkpoint atomically, then rotates. A crash anywhere leaves complete
-//! checkpoints under final names; the manifest may name a step whose file
-//! never appeared, which is harmless and pruned at the next save. Opening a
-//! store removes the temporaries of saves whose process died.
+//! Crash safety: a save writes the checkpoint atomically, then records it
+//! in the manifest while rotating (one manifest write per save: the fewer
+//! fsyncs, the less a run waits on its checkpoints). A crash anywhere leaves
+//! complete checkpoints under final names; one saved but not yet recorded is
+//! adopted when the store next opens (every checkpoint a store writes says
+//! so, see below), and a recorded step whose file is gone is pruned at the
+//! next save. Opening a store removes the temporaries of saves whose
+//! process died.
 //!
 //! The manifest is checksummed, and every checkpoint a store writes records
 //! the metrics it was saved with (user key [`STORE_METRICS`]), so a manifest
@@ -167,6 +170,7 @@ impl Store {
             Ok(bytes) => match decode_manifest(&bytes) {
                 Ok(manifest) => {
                     store.manifest = manifest;
+                    store.adopt_unrecorded()?;
                     None
                 }
                 Err(why) => Some(why),
@@ -193,6 +197,26 @@ impl Store {
         self.rebuilt.as_deref()
     }
 
+    /// Records the checkpoints a store wrote that the manifest lacks (a
+    /// kill between a save's rename and its manifest write), so rotation
+    /// sees them.
+    fn adopt_unrecorded(&mut self) -> Result<()> {
+        let mut adopted = false;
+        for stored in self.list()? {
+            if self.manifest.steps.contains_key(&stored.step) {
+                continue;
+            }
+            if let Some(metrics) = recorded_metrics(&stored.path) {
+                self.manifest.steps.insert(stored.step, metrics);
+                adopted = true;
+            }
+        }
+        if adopted {
+            self.write_manifest()?;
+        }
+        Ok(())
+    }
+
     /// Rebuilds the manifest from the checkpoints in the directory that a
     /// store wrote (they record their metrics under [`STORE_METRICS`]); a
     /// damaged file or one written by other code is left out, and so is
@@ -200,24 +224,9 @@ impl Store {
     fn rebuild_manifest(&mut self) -> Result<usize> {
         let mut steps = BTreeMap::new();
         for stored in self.list()? {
-            let reader = match Reader::open(&stored.path) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(target: "nitro::ckpt", error = %e, "left out of the rebuilt manifest");
-                    continue;
-                }
-            };
-            let Some(Value::Map(values)) = reader.meta().user.get(STORE_METRICS) else {
-                continue;
-            };
-            let metrics = values
-                .iter()
-                .filter_map(|(k, v)| match v {
-                    Value::Float(x) => Some((k.clone(), *x)),
-                    _ => None,
-                })
-                .collect();
-            steps.insert(stored.step, metrics);
+            if let Some(metrics) = recorded_metrics(&stored.path) {
+                steps.insert(stored.step, metrics);
+            }
         }
         let adopted = steps.len();
         self.manifest = Manifest { steps };
@@ -253,8 +262,6 @@ impl Store {
             }
         }
         ckpt.validate()?;
-        self.manifest.steps.insert(step, metrics.clone());
-        self.write_manifest()?;
         let path = self.path_for(step);
         let recorded = Value::Map(
             metrics
@@ -266,6 +273,7 @@ impl Store {
         meta.user.insert(STORE_METRICS.into(), recorded);
         write_atomic(&path, |w| write_checkpoint_with_meta(w, ckpt, &meta))?;
         tracing::debug!(path = %path.display(), "checkpoint saved");
+        self.manifest.steps.insert(step, metrics.clone());
         self.rotate()?;
         Ok(path)
     }
@@ -334,8 +342,9 @@ impl Store {
     }
 
     fn rotate(&mut self) -> Result<()> {
-        // A step recorded by a save that crashed before its rename has no
-        // file; it must not take a keep-last slot from a real checkpoint.
+        // A recorded step whose file is gone (removed by hand, or by a
+        // rotation killed before its manifest write) must not take a
+        // keep-last slot from a real checkpoint.
         let dir = &self.dir;
         self.manifest
             .steps
@@ -352,9 +361,6 @@ impl Store {
             .filter(|s| !keep.contains(s))
             .copied()
             .collect();
-        if drop.is_empty() {
-            return Ok(());
-        }
         for &step in &drop {
             let path = self.path_for(step);
             match fs::remove_file(&path) {
@@ -379,6 +385,31 @@ impl Store {
         let bytes = to_cbor(&file).map_err(|e| Error::io(&path, "encode", e))?;
         crate::atomic::write_file_atomic(&path, &bytes)
     }
+}
+
+/// The metrics a store recorded in the checkpoint at `path`, or `None` for
+/// a damaged file or one another writer made (never adopted, so never
+/// rotated away).
+fn recorded_metrics(path: &Path) -> Option<BTreeMap<String, f64>> {
+    let reader = match Reader::open(path) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(target: "nitro::ckpt", error = %e, "not recorded in the store manifest");
+            return None;
+        }
+    };
+    let Some(Value::Map(values)) = reader.meta().user.get(STORE_METRICS) else {
+        return None;
+    };
+    Some(
+        values
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::Float(x) => Some((k.clone(), *x)),
+                _ => None,
+            })
+            .collect(),
+    )
 }
 
 pub(crate) fn path_for(dir: &Path, step: u64) -> PathBuf {

@@ -346,3 +346,29 @@ fn a_store_path_that_is_a_file_says_so() {
         "{err}"
     );
 }
+
+/// A kill between a save's rename and its manifest write leaves a
+/// checkpoint the manifest lacks: the next open adopts it, so rotation
+/// removes it in its turn instead of leaking it.
+#[test]
+fn a_saved_but_unrecorded_checkpoint_is_adopted_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path(), config(2, None)).unwrap();
+    store.save(1, &common::sample(1, 4), &metrics(0.5)).unwrap();
+    let manifest = dir.path().join(MANIFEST);
+    let before = fs::read(&manifest).unwrap();
+    store.save(2, &common::sample(2, 4), &metrics(0.4)).unwrap();
+    drop(store);
+    fs::write(&manifest, before).unwrap(); // as if killed before recording 2
+    let mut store = Store::open(dir.path(), config(2, None)).unwrap();
+    assert!(
+        store.rebuilt_manifest().is_none(),
+        "the manifest was intact"
+    );
+    for step in 3..=4 {
+        store
+            .save(step, &common::sample(step, 4), &metrics(0.3))
+            .unwrap();
+    }
+    assert_eq!(files(dir.path()), vec![ck(3), ck(4), MANIFEST.to_string()]);
+}

@@ -126,7 +126,7 @@ impl RunValues {
             short_batch,
             overridden,
         };
-        crate::validate::run_values(&run)?;
+        crate::validate::run_values(&run.optimizer, run.clip, &run.checkpointer, &run.run_dir)?;
         Ok(run)
     }
 

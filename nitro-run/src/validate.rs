@@ -7,10 +7,11 @@
 //! checked against their declared ranges (`#[experiment(range = ..)]`) by
 //! nitro-markers.
 
+use std::path::Path;
+
 use crate::error::{Result, RunError};
-use crate::experiment::Cadence;
+use crate::experiment::{Cadence, Checkpointer};
 use crate::optim::Optimizer;
-use crate::report::RunValues;
 
 fn refuse(setting: &'static str, reason: String) -> RunError {
     RunError::Setting { setting, reason }
@@ -37,9 +38,15 @@ fn unit(setting: &'static str, v: f64) -> Result<()> {
     }
 }
 
-/// Checks every framework-owned run value of `run`.
-pub(crate) fn run_values(run: &RunValues) -> Result<()> {
-    match run.optimizer {
+/// Checks every framework-owned run value (what `RunValues` resolves;
+/// taken apart so this file needs nothing of `report`).
+pub(crate) fn run_values(
+    optimizer: &Optimizer,
+    clip: Option<f64>,
+    policy: &Checkpointer,
+    run_dir: &Path,
+) -> Result<()> {
+    match *optimizer {
         Optimizer::Sgd { lr, momentum, .. } => {
             positive("optimizer (lr)", lr, "a typical value is 1e-3 to 1e-1")?;
             unit("optimizer (momentum)", momentum)?;
@@ -63,14 +70,13 @@ pub(crate) fn run_values(run: &RunValues) -> Result<()> {
             }
         }
     }
-    if let Some(clip) = run.clip {
+    if let Some(clip) = clip {
         positive(
             "clip",
             clip,
             "return None from `clip()` to turn clipping off",
         )?;
     }
-    let policy = &run.checkpointer;
     if let Cadence::Steps(0) | Cadence::Epochs(0) = policy.every {
         return Err(refuse(
             "checkpointer (every)",
@@ -92,12 +98,12 @@ pub(crate) fn run_values(run: &RunValues) -> Result<()> {
             format!("keeps 0 checkpoints by `{metric}`; keep 1 or more, or set `best` to None"),
         ));
     }
-    if run.run_dir.exists() && !run.run_dir.is_dir() {
+    if run_dir.exists() && !run_dir.is_dir() {
         return Err(refuse(
             "run_dir",
             format!(
                 "`{}` is a file, not a directory; name a directory (it is created when missing)",
-                run.run_dir.display()
+                run_dir.display()
             ),
         ));
     }
