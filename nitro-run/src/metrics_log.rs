@@ -329,3 +329,75 @@ impl MetricsLog {
         self.jsonl.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resume keeps exactly the rows its checkpoint had seen: step rows
+    /// up to its step, epoch rows of completed epochs; a row cut by a kill
+    /// (no final newline) and rows written after the checkpoint go.
+    #[test]
+    fn a_resume_keeps_the_rows_its_checkpoint_saw_and_drops_a_cut_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let columns = vec!["val_loss".to_string()];
+        let mut log = MetricsLog::open(dir.path(), None, columns.clone()).unwrap();
+        for step in 1..=4 {
+            log.step(step, 1, 0.5, 0.1, 1.0).unwrap();
+        }
+        log.epoch(4, 1, &BTreeMap::from([("val_loss".into(), 0.25)]))
+            .unwrap();
+        log.step(5, 2, 0.4, 0.1, 1.0).unwrap();
+        log.step(6, 2, 0.3, 0.1, 1.0).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        // A kill mid-append: half a row in each file.
+        for (name, cut) in [
+            (METRICS_CSV, "step,7,2,0.2"),
+            (METRICS_JSONL, "{\"kind\":\"step\",\"step\":7"),
+        ] {
+            let mut f = File::options()
+                .append(true)
+                .open(dir.path().join(name))
+                .unwrap();
+            f.write_all(cut.as_bytes()).unwrap();
+        }
+        // Checkpointed at step 5, one epoch done.
+        let seen = Seen { step: 5, epochs: 1 };
+        MetricsLog::open(dir.path(), Some(seen), columns.clone()).unwrap();
+        let csv = std::fs::read_to_string(dir.path().join(METRICS_CSV)).unwrap();
+        let steps: Vec<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap())
+            .collect();
+        assert_eq!(steps, ["1", "2", "3", "4", "4", "5"], "{csv}");
+        assert!(csv.ends_with('\n'));
+        let rows = read_rows(dir.path()).unwrap();
+        let kinds: Vec<(&str, u64)> = rows.iter().map(|r| (r.kind.as_str(), r.step)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("step", 1),
+                ("step", 2),
+                ("step", 3),
+                ("step", 4),
+                ("epoch", 4),
+                ("step", 5)
+            ]
+        );
+        // Checkpointed at step 4 *before* its epoch row (the epoch is not
+        // complete in it): the epoch row goes too, to be written again.
+        let seen = Seen { step: 4, epochs: 0 };
+        MetricsLog::open(dir.path(), Some(seen), columns).unwrap();
+        let rows = read_rows(dir.path()).unwrap();
+        assert_eq!(rows.len(), 4);
+        assert!(rows.iter().all(|r| r.kind == "step"));
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
