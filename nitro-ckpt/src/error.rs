@@ -104,6 +104,12 @@ pub enum Error {
         /// The step being saved.
         step: u64,
     },
+    /// A store directory that names a file.
+    #[error("`{}` is a file, not a run directory: name a directory (it is created when missing)", path.display())]
+    NotADirectory {
+        /// The path given.
+        path: PathBuf,
+    },
     /// The store configuration is inconsistent.
     #[error("invalid store configuration: {0}")]
     Config(String),

@@ -243,7 +243,20 @@ impl Export {
     /// Reads and checks the container at `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Export> {
         let path = path.as_ref();
-        Export::from_checkpoint(path, &crate::load(path)?)
+        // A damaged or foreign file is spoken of as the export it should
+        // be, not as a checkpoint.
+        let ckpt = crate::load(path).map_err(|e| match e {
+            Error::Format { path, what } => Error::NotExport {
+                path,
+                reason: format!("it is damaged or not an export ({what}); export the model again"),
+            },
+            Error::Checksum { path, entry } => Error::NotExport {
+                path,
+                reason: format!("it is damaged (the checksum of `{entry}` does not match); export the model again"),
+            },
+            other => other,
+        })?;
+        Export::from_checkpoint(path, &ckpt)
     }
 }
 

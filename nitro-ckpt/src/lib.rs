@@ -5,7 +5,10 @@
 //!
 //! **Owns:** the checkpoint format ([`save`], [`load`], lazy [`Reader`]),
 //! the run-state record ([`Checkpoint`], [`Metadata`]), a rotating directory
-//! of checkpoints ([`Store`], [`AsyncSaver`]), fingerprint comparison
+//! of checkpoints ([`Store`], [`AsyncSaver`]) whose checksummed manifest is
+//! rebuilt from the checkpoints when damaged, crash-safe replacement of any
+//! small file ([`write_file_atomic`]) and the cleanup of what killed writers
+//! left ([`remove_stale_temps`]), fingerprint comparison
 //! ([`compare_fingerprint`]), the export container ([`export::Export`]) and
 //! safetensors reading, writing and mismatch listing
 //! ([`safetensors::compare`]). Every dtype is stored as itself:
@@ -114,6 +117,7 @@ mod saver;
 mod store;
 mod tensor;
 
+pub use atomic::{remove_stale_temps, write_file_atomic};
 pub use checkpoint::Checkpoint;
 pub use error::{Error, Result};
 pub use fingerprint::{compare_fingerprint, Difference};
@@ -123,5 +127,5 @@ pub use nitro_device::DType;
 pub use rotation::{BestBy, Goal};
 pub use save::{encode, save};
 pub use saver::AsyncSaver;
-pub use store::{Store, StoreConfig, StoredCheckpoint};
+pub use store::{Store, StoreConfig, StoredCheckpoint, MANIFEST, STORE_METRICS};
 pub use tensor::TensorEntry;

@@ -27,6 +27,7 @@ struct Outcome {
 /// the thread; later `submit`s then fail and [`AsyncSaver::finish`] returns
 /// that error.
 pub struct AsyncSaver {
+    dir: PathBuf,
     jobs: Option<SyncSender<Job>>,
     worker: Option<JoinHandle<Store>>,
     outcome: Arc<Mutex<Outcome>>,
@@ -43,6 +44,7 @@ impl AsyncSaver {
     /// besides the one being written (0 means `submit` waits for the
     /// thread to take each one).
     pub fn new(mut store: Store, queue: usize) -> Result<Self> {
+        let dir = store.dir().to_path_buf();
         let (tx, rx) = sync_channel::<Job>(queue);
         let outcome = Arc::new(Mutex::new(Outcome::default()));
         let shared = Arc::clone(&outcome);
@@ -65,6 +67,7 @@ impl AsyncSaver {
             })
             .map_err(|e| Error::io("<saver thread>", "spawn", e))?;
         Ok(AsyncSaver {
+            dir,
             jobs: Some(tx),
             worker: Some(worker),
             outcome,
@@ -92,6 +95,11 @@ impl AsyncSaver {
             let why = self.lock().failure.as_ref().map(ToString::to_string);
             Error::SaverStopped(why.unwrap_or_else(|| "the saver thread exited".into()))
         })
+    }
+
+    /// The file the checkpoint of `step` is (or will be) written to.
+    pub fn path_for(&self, step: u64) -> PathBuf {
+        crate::store::path_for(&self.dir, step)
     }
 
     /// Paths written so far.

@@ -4,10 +4,26 @@
 //! and deletes only files that satisfy both, so nothing it did not write is
 //! ever removed.
 //!
-//! Crash safety: a save first records the step in the manifest, then writes
-//! the checkpoint atomically, then rotates. A crash anywhere leaves complete
-//! checkpoints under final names; the manifest may name a step whose file
-//! never appeared, which is harmless and pruned at the next save.
+//! Crash safety: a save writes the checkpoint atomically, then records it
+//! in the manifest while rotating (one manifest write per save: the fewer
+//! fsyncs, the less a run waits on its checkpoints). A crash anywhere leaves
+//! complete checkpoints under final names; one saved but not yet recorded is
+//! adopted when the store next opens (every checkpoint a store writes says
+//! so, see below), and a recorded step whose file is gone is pruned at the
+//! next save. Opening a store removes the temporaries of saves whose
+//! process died.
+//!
+//! The manifest is checksummed, and every checkpoint a store writes records
+//! the metrics it was saved with (user key [`STORE_METRICS`]), so a manifest
+//! that is missing or damaged is rebuilt from the checkpoints beside it
+//! (with a warning naming it) instead of stopping the run or steering
+//! best-M rotation with altered values:
+//!
+//! ```text
+//! nitro-ckpt-store.cbor  CBOR map { format: "nitro-ckpt-store", version: 2,
+//!                                   steps: bytes (CBOR {step: {metric: f64}}),
+//!                                   blake3: bytes (32, of `steps`) }
+//! ```
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -15,12 +31,19 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic::{is_temp_name, write_atomic};
-use crate::format::write::{to_cbor, write_checkpoint};
+use crate::atomic::{remove_stale_temps, write_atomic};
+use crate::format::write::{to_cbor, write_checkpoint_with_meta};
 use crate::rotation::{keep_set, rank, BestBy};
-use crate::{load, Checkpoint, Error, Result};
+use crate::{load, Checkpoint, Error, Reader, Result, Value};
 
-const MANIFEST: &str = "nitro-ckpt-store.cbor";
+/// The store's manifest, beside its checkpoints.
+pub const MANIFEST: &str = "nitro-ckpt-store.cbor";
+/// The user metadata key under which a store records, in each checkpoint it
+/// writes, the metrics that checkpoint was saved with (a map of floats): the
+/// source a damaged manifest is rebuilt from.
+pub const STORE_METRICS: &str = "nitro-ckpt.store_metrics";
+const MANIFEST_FORMAT: &str = "nitro-ckpt-store";
+const MANIFEST_VERSION: u32 = 2;
 const PREFIX: &str = "ckpt-";
 const SUFFIX: &str = ".nckpt";
 /// Steps are zero-padded so that names sort by step in a plain listing.
@@ -55,12 +78,57 @@ struct Manifest {
     steps: BTreeMap<u64, BTreeMap<String, f64>>,
 }
 
+/// The manifest as stored: the steps' CBOR and its checksum.
+#[derive(Serialize, Deserialize)]
+struct ManifestFile {
+    format: String,
+    version: u32,
+    #[serde(with = "crate::blob")]
+    steps: Vec<u8>,
+    #[serde(with = "crate::blob")]
+    blake3: Vec<u8>,
+}
+
+/// A CBOR decoding error in words (ciborium's `Display` is a debug dump).
+fn cbor_problem<T: std::fmt::Debug>(e: &ciborium::de::Error<T>) -> String {
+    use ciborium::de::Error as E;
+    match e {
+        E::Io(_) => "it is cut short".into(),
+        E::Syntax(at) => format!("it is not CBOR (byte {at})"),
+        E::Semantic(at, what) => match at {
+            Some(at) => format!("unexpected content at byte {at}: {what}"),
+            None => format!("unexpected content: {what}"),
+        },
+        E::RecursionLimitExceeded => "it nests too deeply".into(),
+    }
+}
+
+/// The manifest in `bytes`, or why it cannot be trusted.
+fn decode_manifest(bytes: &[u8]) -> std::result::Result<Manifest, String> {
+    let file: ManifestFile =
+        ciborium::de::from_reader_with_recursion_limit(bytes, 16).map_err(|e| cbor_problem(&e))?;
+    if file.format != MANIFEST_FORMAT || file.version != MANIFEST_VERSION {
+        return Err(format!(
+            "it is format `{}` version {}, not `{MANIFEST_FORMAT}` version {MANIFEST_VERSION}",
+            file.format, file.version
+        ));
+    }
+    if crate::hash::digest(&file.steps)[..] != file.blake3[..] {
+        return Err("its checksum does not match its contents".into());
+    }
+    let steps = ciborium::de::from_reader_with_recursion_limit(&file.steps[..], 16)
+        .map_err(|e| cbor_problem(&e))?;
+    Ok(Manifest { steps })
+}
+
 /// A rotating directory of checkpoints. One store (one process) per directory.
 #[derive(Debug)]
 pub struct Store {
     dir: PathBuf,
     config: StoreConfig,
     manifest: Manifest,
+    /// Why the manifest was rebuilt at open, if it was.
+    rebuilt: Option<String>,
 }
 
 impl Store {
@@ -81,19 +149,89 @@ impl Store {
                 });
             }
         }
+        if dir.exists() && !dir.is_dir() {
+            return Err(Error::NotADirectory { path: dir });
+        }
         fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, "create directory", e))?;
-        let manifest_path = dir.join(MANIFEST);
-        let manifest = match fs::read(&manifest_path) {
-            Ok(bytes) => ciborium::de::from_reader_with_recursion_limit(&bytes[..], 16)
-                .map_err(|e| Error::format(&manifest_path, format!("store manifest: {e}")))?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest::default(),
-            Err(e) => return Err(Error::io(&manifest_path, "read", e)),
-        };
-        Ok(Store {
+        let stale = remove_stale_temps(&dir, |target| {
+            target == MANIFEST || parse_name(target).is_some()
+        })?;
+        if stale > 0 {
+            tracing::debug!(dir = %dir.display(), stale, "removed temporaries of interrupted saves");
+        }
+        let mut store = Store {
             dir,
             config,
-            manifest,
-        })
+            manifest: Manifest::default(),
+            rebuilt: None,
+        };
+        let manifest_path = store.dir.join(MANIFEST);
+        let problem = match fs::read(&manifest_path) {
+            Ok(bytes) => match decode_manifest(&bytes) {
+                Ok(manifest) => {
+                    store.manifest = manifest;
+                    store.adopt_unrecorded()?;
+                    None
+                }
+                Err(why) => Some(why),
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("it is missing".to_string())
+                .filter(|_| store.list().is_ok_and(|l| !l.is_empty())),
+            Err(e) => return Err(Error::io(&manifest_path, "read", e)),
+        };
+        if let Some(why) = problem {
+            let adopted = store.rebuild_manifest()?;
+            let warning = format!(
+                "store manifest `{}` could not be used ({why}); rebuilt it from the {adopted} checkpoint(s) beside it",
+                manifest_path.display()
+            );
+            tracing::warn!(target: "nitro::ckpt", "{warning}");
+            store.rebuilt = Some(warning);
+        }
+        Ok(store)
+    }
+
+    /// The warning given when [`Store::open`] found the manifest missing or
+    /// damaged and rebuilt it from the checkpoint files (`None` otherwise).
+    pub fn rebuilt_manifest(&self) -> Option<&str> {
+        self.rebuilt.as_deref()
+    }
+
+    /// Records the checkpoints a store wrote that the manifest lacks (a
+    /// kill between a save's rename and its manifest write), so rotation
+    /// sees them.
+    fn adopt_unrecorded(&mut self) -> Result<()> {
+        let mut adopted = false;
+        for stored in self.list()? {
+            if self.manifest.steps.contains_key(&stored.step) {
+                continue;
+            }
+            if let Some(metrics) = recorded_metrics(&stored.path) {
+                self.manifest.steps.insert(stored.step, metrics);
+                adopted = true;
+            }
+        }
+        if adopted {
+            self.write_manifest()?;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the manifest from the checkpoints in the directory that a
+    /// store wrote (they record their metrics under [`STORE_METRICS`]); a
+    /// damaged file or one written by other code is left out, and so is
+    /// never rotated away. Returns how many were adopted.
+    fn rebuild_manifest(&mut self) -> Result<usize> {
+        let mut steps = BTreeMap::new();
+        for stored in self.list()? {
+            if let Some(metrics) = recorded_metrics(&stored.path) {
+                steps.insert(stored.step, metrics);
+            }
+        }
+        let adopted = steps.len();
+        self.manifest = Manifest { steps };
+        self.write_manifest()?;
+        Ok(adopted)
     }
 
     /// The directory.
@@ -124,11 +262,18 @@ impl Store {
             }
         }
         ckpt.validate()?;
-        self.manifest.steps.insert(step, metrics.clone());
-        self.write_manifest()?;
         let path = self.path_for(step);
-        write_atomic(&path, |w| write_checkpoint(w, ckpt))?;
+        let recorded = Value::Map(
+            metrics
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::Float(*v)))
+                .collect(),
+        );
+        let mut meta = ckpt.meta.clone();
+        meta.user.insert(STORE_METRICS.into(), recorded);
+        write_atomic(&path, |w| write_checkpoint_with_meta(w, ckpt, &meta))?;
         tracing::debug!(path = %path.display(), "checkpoint saved");
+        self.manifest.steps.insert(step, metrics.clone());
         self.rotate()?;
         Ok(path)
     }
@@ -160,11 +305,16 @@ impl Store {
     }
 
     /// Loads the newest checkpoint that verifies, skipping (with a warning)
-    /// any that are damaged. `None` when the store holds none.
+    /// any that are damaged; it equals what was saved (the store's
+    /// [`STORE_METRICS`] record is taken out). `None` when the store holds none.
     pub fn load_latest(&self) -> Result<Option<(StoredCheckpoint, Checkpoint)>> {
         for stored in self.list()?.into_iter().rev() {
             match load(&stored.path) {
-                Ok(ckpt) => return Ok(Some((stored, ckpt))),
+                Ok(mut ckpt) => {
+                    // The store's own record is not part of what was saved.
+                    ckpt.meta.user.remove(STORE_METRICS);
+                    return Ok(Some((stored, ckpt)));
+                }
                 Err(e) => tracing::warn!(error = %e, "skipping damaged checkpoint"),
             }
         }
@@ -183,28 +333,18 @@ impl Store {
         Ok(ranked.into_iter().find_map(|s| present.get(&s).cloned()))
     }
 
-    /// Removes temporary files left by interrupted saves. Call only when no
-    /// other process is saving into this directory.
+    /// Removes temporary files left by interrupted saves whose process no
+    /// longer runs ([`Store::open`] does this too). Returns how many.
     pub fn remove_stale_temps(&self) -> Result<usize> {
-        let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, "list", e))?;
-        let mut removed = 0;
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(&self.dir, "list", e))?;
-            let name = entry.file_name();
-            let ours = name
-                .to_str()
-                .is_some_and(|n| is_temp_name(n) && (n.contains(SUFFIX) || n.contains(MANIFEST)));
-            if ours {
-                fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), "remove", e))?;
-                removed += 1;
-            }
-        }
-        Ok(removed)
+        remove_stale_temps(&self.dir, |target| {
+            target == MANIFEST || parse_name(target).is_some()
+        })
     }
 
     fn rotate(&mut self) -> Result<()> {
-        // A step recorded by a save that crashed before its rename has no
-        // file; it must not take a keep-last slot from a real checkpoint.
+        // A recorded step whose file is gone (removed by hand, or by a
+        // rotation killed before its manifest write) must not take a
+        // keep-last slot from a real checkpoint.
         let dir = &self.dir;
         self.manifest
             .steps
@@ -221,9 +361,6 @@ impl Store {
             .filter(|s| !keep.contains(s))
             .copied()
             .collect();
-        if drop.is_empty() {
-            return Ok(());
-        }
         for &step in &drop {
             let path = self.path_for(step);
             match fs::remove_file(&path) {
@@ -237,15 +374,45 @@ impl Store {
     }
 
     fn write_manifest(&self) -> Result<()> {
-        let bytes =
-            to_cbor(&self.manifest).map_err(|e| Error::io(self.dir.join(MANIFEST), "encode", e))?;
-        write_atomic(&self.dir.join(MANIFEST), |w| {
-            std::io::Write::write_all(w, &bytes)
-        })
+        let path = self.dir.join(MANIFEST);
+        let steps = to_cbor(&self.manifest.steps).map_err(|e| Error::io(&path, "encode", e))?;
+        let file = ManifestFile {
+            format: MANIFEST_FORMAT.into(),
+            version: MANIFEST_VERSION,
+            blake3: crate::hash::digest(&steps).to_vec(),
+            steps,
+        };
+        let bytes = to_cbor(&file).map_err(|e| Error::io(&path, "encode", e))?;
+        crate::atomic::write_file_atomic(&path, &bytes)
     }
 }
 
-fn path_for(dir: &Path, step: u64) -> PathBuf {
+/// The metrics a store recorded in the checkpoint at `path`, or `None` for
+/// a damaged file or one another writer made (never adopted, so never
+/// rotated away).
+fn recorded_metrics(path: &Path) -> Option<BTreeMap<String, f64>> {
+    let reader = match Reader::open(path) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(target: "nitro::ckpt", error = %e, "not recorded in the store manifest");
+            return None;
+        }
+    };
+    let Some(Value::Map(values)) = reader.meta().user.get(STORE_METRICS) else {
+        return None;
+    };
+    Some(
+        values
+            .iter()
+            .filter_map(|(k, v)| match v {
+                Value::Float(x) => Some((k.clone(), *x)),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+pub(crate) fn path_for(dir: &Path, step: u64) -> PathBuf {
     dir.join(format!(
         "{PREFIX}{step:0width$}{SUFFIX}",
         width = STEP_DIGITS

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nitro_ckpt::{load, BestBy, Goal, Store, StoreConfig};
+use nitro_ckpt::{BestBy, Goal, Store, StoreConfig};
 
 const SAVER_DIR: &str = "NITRO_CKPT_TEST_SAVER_DIR";
 const FULL_DIR: &str = "NITRO_CKPT_TEST_FULL_DIR";
@@ -92,7 +92,8 @@ fn sigkill_during_saves_never_leaves_a_partial_checkpoint() {
         let listed = store.list().unwrap();
         // Every file under a final name is complete and exactly what was saved.
         for c in &listed {
-            let loaded = load(&c.path).unwrap_or_else(|e| panic!("partial checkpoint taken: {e}"));
+            let loaded = common::load_stored(&c.path)
+                .unwrap_or_else(|e| panic!("partial checkpoint taken: {e}"));
             assert_eq!(loaded, common::sample(c.step, FLOATS), "step {}", c.step);
         }
         // Rotation bounds the directory: last 2, best 1, and at most one
@@ -166,7 +167,10 @@ fn full_disk_keeps_the_previous_checkpoint_and_reports_an_error() {
     let steps: Vec<u64> = store.list().unwrap().iter().map(|c| c.step).collect();
     assert_eq!(steps, vec![1]);
     assert_eq!(std::fs::read(&first).unwrap(), before);
-    assert_eq!(load(&first).unwrap(), common::sample(1, 1000));
+    assert_eq!(
+        common::load_stored(&first).unwrap(),
+        common::sample(1, 1000)
+    );
     // The failed save removed its temporary file.
     let leftovers: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()

@@ -13,6 +13,24 @@ pub struct ValueError {
     pub found: String,
 }
 
+/// Whether `value` of field `field` lies in its declared `range` (written
+/// `text`); the derive calls this for `#[experiment(range = ..)]`.
+pub fn check_range<T, R>(field: &str, value: &T, range: R, text: &str) -> Result<(), ConfigError>
+where
+    T: PartialOrd + std::fmt::Display,
+    R: std::ops::RangeBounds<T>,
+{
+    if range.contains(value) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfRange {
+            field: field.into(),
+            value: value.to_string(),
+            range: text.into(),
+        })
+    }
+}
+
 /// Joins valid names for an error message.
 fn list(names: &[String]) -> String {
     names.join(", ")
@@ -52,6 +70,16 @@ pub enum ConfigError {
         expected: String,
         /// Why it did not convert.
         reason: String,
+    },
+    /// A value outside the field's declared range.
+    #[error("field `{field}`: {value} is outside its valid range {range}")]
+    OutOfRange {
+        /// The field.
+        field: String,
+        /// The value, rendered.
+        value: String,
+        /// The declared range, as written (`1..=65536`).
+        range: String,
     },
     /// A string override is not of the form `field=value`.
     #[error("override `{text}` is not of the form `field=value`")]

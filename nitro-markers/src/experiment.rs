@@ -152,6 +152,14 @@ pub trait ExperimentFields: Sized {
         fields.into_iter().map(|f| (f, value(f))).collect()
     }
 
+    /// Checks every field declared with a valid range
+    /// (`#[experiment(range = 1..=65536)]`); the first outside its range is
+    /// an error naming the field, the value and the range. Presets,
+    /// overrides and the run's construction call it.
+    fn check_ranges(&self) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
     /// Named partial configurations; empty by default.
     fn presets() -> Vec<Preset> {
         Vec::new()

@@ -92,7 +92,7 @@ mod value;
 
 pub use batch::{missing_field, BatchFields, BatchSource, WholeBatch};
 pub use device::{DeviceData, DeviceElement, DeviceInput, DeviceValue};
-pub use error::{ConfigError, MissingField, TreeError, ValueError};
+pub use error::{check_range, ConfigError, MissingField, TreeError, ValueError};
 pub use experiment::{ExperimentFields, FieldMeta, Preset, Recipe};
 pub use field::{ConfigField, ContentHash};
 pub use markers::{AnyHost, Category, Device, GraphConst, Host};

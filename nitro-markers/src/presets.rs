@@ -80,6 +80,7 @@ pub(crate) fn from_preset<E: ExperimentFields>(
     for (key, value) in overrides {
         experiment.set_field(key, value)?;
     }
+    experiment.check_ranges()?;
     Ok(Recipe {
         experiment,
         preset: name.map(str::to_string),
@@ -113,5 +114,6 @@ pub(crate) fn apply_text<E: ExperimentFields>(
         experiment.set_field_text(field, value)?;
         applied.push((field.to_string(), experiment.get_field(field)?));
     }
+    experiment.check_ranges()?;
     Ok(applied)
 }

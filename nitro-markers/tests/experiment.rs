@@ -447,3 +447,57 @@ fn validate_catches_inconsistent_hand_written_lists() {
     let err = Broken::validate().unwrap_err().to_string();
     assert!(err.contains("both Device and Host"), "{err}");
 }
+
+/// Declared ranges: checked on construction from presets and overrides and
+/// on `--set` text, each refusal naming the field, the value and the range.
+#[derive(Experiment, Debug, Clone, PartialEq)]
+#[experiment(presets = ranged_presets)]
+pub struct Ranged {
+    #[experiment(default = 256, range = 1..=65536)]
+    pub width: GraphConst<usize>,
+    #[experiment(default = 0.1, range = 0.0..1.0)]
+    pub smoothing: Device<f32>,
+    #[experiment(default = 8, range = 1..)]
+    pub n_eval: usize,
+    pub free: usize,
+}
+
+fn ranged_presets() -> Vec<Preset> {
+    vec![
+        Preset::new("ok").set("width", 2usize),
+        Preset::new("zero").set("width", 0usize),
+    ]
+}
+
+#[test]
+fn declared_ranges_are_checked_with_the_field_value_and_range_named() {
+    assert!(Ranged::defaults().check_ranges().is_ok());
+    assert!(Ranged::from_preset("ok", &[]).is_ok());
+    let err = Ranged::from_preset("zero", &[]).unwrap_err().to_string();
+    assert_eq!(err, "field `width`: 0 is outside its valid range 1..=65536");
+    let err = Ranged::from_overrides(&[("smoothing", ConfigValue::Float(5.0))])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`smoothing`") && err.contains("5") && err.contains("0.0..1.0"),
+        "{err}"
+    );
+    let mut e = Ranged::defaults();
+    let err = e
+        .apply_text_overrides(&["n_eval=0"])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(err, "field `n_eval`: 0 is outside its valid range 1..");
+    let err = e
+        .apply_text_overrides(&["width=100000000"])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("100000000") && err.contains("1..=65536"),
+        "{err}"
+    );
+    // Edges are inside; unranged fields take anything.
+    assert!(e
+        .apply_text_overrides(&["width=65536", "n_eval=1", "free=0"])
+        .is_ok());
+}

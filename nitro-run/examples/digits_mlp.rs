@@ -29,10 +29,10 @@ use nitro_run::{Checkpointer, Distributed, HookError, Metric, ModelParts, Optimi
 #[experiment(presets = presets)]
 struct DigitsMlp {
     /// Hidden width (structural: changing it recompiles).
-    #[experiment(default = 256)]
+    #[experiment(default = 256, range = 1..=65536)]
     width: GraphConst<usize>,
     /// Label smoothing, a traced input: sweepable without recompiling.
-    #[experiment(default = 0.0)]
+    #[experiment(default = 0.0, range = 0.0..1.0)]
     smoothing: Device<f32>,
     /// Peak learning rate.
     #[experiment(default = 2e-3)]
@@ -41,13 +41,13 @@ struct DigitsMlp {
     #[experiment(default = 8)]
     max_epochs: u64,
     /// Micro-batch width.
-    #[experiment(default = 128)]
+    #[experiment(default = 128, range = 1..=65536)]
     batch: usize,
     /// Training samples.
-    #[experiment(default = 20000)]
+    #[experiment(default = 20000, range = 1..)]
     n_train: usize,
     /// Validation and test samples (each).
-    #[experiment(default = 5000)]
+    #[experiment(default = 5000, range = 1..)]
     n_eval: usize,
 }
 

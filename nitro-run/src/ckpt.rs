@@ -21,6 +21,7 @@ use nitro_markers::{Category, DeviceData, DeviceValue};
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
+use crate::metric::Totals;
 use crate::structure::Structure;
 
 /// A checkpoint tensor of `a`: every dtype is stored as itself, bit for bit.
@@ -72,6 +73,49 @@ fn device_value(a: &Array) -> DeviceValue {
 
 /// The metadata key of the structure record.
 const STRUCTURE: &str = "model_structure";
+/// The metadata key of the current epoch's running totals.
+const EPOCH_TOTALS: &str = "epoch_totals";
+
+/// Totals as `{name: [sum, count]}`, floats bit-exact.
+fn totals_value(t: &Totals) -> Value {
+    Value::Map(
+        t.entries()
+            .iter()
+            .map(|(k, (s, c))| {
+                (
+                    k.clone(),
+                    Value::List(vec![Value::Float(*s), Value::Float(*c)]),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Totals back from [`totals_value`]; a checkpoint from before they were
+/// recorded has none (its epoch restarts its sums, as it always did).
+fn totals_of(file: &Path, v: Option<&Value>) -> Result<Totals> {
+    let Some(v) = v else {
+        return Ok(Totals::default());
+    };
+    let bad = || RunError::CheckpointContent {
+        path: file.to_path_buf(),
+        reason: format!("`{EPOCH_TOTALS}` is not a map of [sum, count] pairs"),
+    };
+    let Value::Map(m) = v else { return Err(bad()) };
+    let mut out = BTreeMap::new();
+    for (k, v) in m {
+        match v {
+            Value::List(l) => match l.as_slice() {
+                [Value::Float(s), Value::Float(c)] => {
+                    out.insert(k.clone(), (*s, *c));
+                }
+                _ => return Err(bad()),
+            },
+            _ => return Err(bad()),
+        }
+    }
+    Ok(Totals::from_entries(out))
+}
 
 /// An optimizer slot tree: its name, the param specs, its range in `opt`.
 type SlotTree = (String, Vec<(String, TensorSpec)>, std::ops::Range<usize>);
@@ -197,6 +241,10 @@ impl<E: Experiment> Nitro<E> {
                     Value::Text(self.frozen.run.optimizer.structure()),
                 ),
                 (STRUCTURE.to_string(), self.frozen.structure.to_value()),
+                (
+                    EPOCH_TOTALS.to_string(),
+                    totals_value(&self.progress.epoch_totals),
+                ),
             ]
             .into(),
             ..Metadata::default()
@@ -218,12 +266,13 @@ impl<E: Experiment> Nitro<E> {
         Ok(ckpt)
     }
 
-    pub(crate) fn save_checkpoint(
+    /// The checkpoint of the current position and the metrics it is filed
+    /// under: the sync point (a GPU run's values come back first) and the
+    /// host snapshot a background writer takes over.
+    pub(crate) fn snapshot(
         &mut self,
-        store: &mut Store,
         metrics: &BTreeMap<String, f64>,
-    ) -> Result<PathBuf> {
-        // The sync point: a GPU run's values come back before they are saved.
+    ) -> Result<(Checkpoint, BTreeMap<String, f64>)> {
         self.values.sync_host()?;
         let ckpt = self.checkpoint()?;
         let mut metrics = metrics.clone();
@@ -233,6 +282,16 @@ impl<E: Experiment> Nitro<E> {
                 .entry(m.clone())
                 .or_insert(if *maximize { f64::MIN } else { f64::MAX });
         }
+        Ok((ckpt, metrics))
+    }
+
+    /// Saves the current position into `store` now (no background writer).
+    pub(crate) fn save_checkpoint(
+        &mut self,
+        store: &mut Store,
+        metrics: &BTreeMap<String, f64>,
+    ) -> Result<PathBuf> {
+        let (ckpt, metrics) = self.snapshot(metrics)?;
         let path = store.save(self.progress.position.step, &ckpt, &metrics)?;
         tracing::info!(target: "nitro::ckpt", step = self.progress.position.step, path = %path.display(), "checkpoint saved");
         Ok(path)
@@ -242,7 +301,11 @@ impl<E: Experiment> Nitro<E> {
     /// params, state, optimizer slots, Device values, position and history.
     /// Refused, listing each difference, when a GraphConst or the
     /// fingerprint differs. `derive` has already run for this handle.
+    /// A missing run directory holds no checkpoint and is not created.
     pub fn resume(&mut self) -> Result<Option<PathBuf>> {
+        if !self.frozen.run.run_dir.exists() {
+            return Ok(None);
+        }
         let store = self.open_store()?;
         let Some((stored, ckpt)) = store.load_latest()? else {
             return Ok(None);
@@ -379,6 +442,7 @@ impl<E: Experiment> Nitro<E> {
             .map(|(n, s)| (n.to_string(), s.clone()))
             .collect();
         let device = load("device", &device_specs)?;
+        let totals = totals_of(path, meta.user.get(EPOCH_TOTALS))?;
         self.values.params = params;
         self.values.state = state;
         self.values.opt = opt;
@@ -404,6 +468,7 @@ impl<E: Experiment> Nitro<E> {
             .iter()
             .map(|r| (r.step, r.values.clone()))
             .collect();
+        self.progress.epoch_totals = totals;
         Ok(())
     }
 }

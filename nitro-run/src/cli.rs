@@ -13,8 +13,23 @@
 //! export-params  write the params as safetensors
 //! import-params  load params from safetensors and save them as a checkpoint
 //! show-config    print the marker table with the values this run would use
+//! summary        parameters per layer and in total, bytes, the train step's
+//!                kernel count and peak memory
 //! presets        list the named configurations
 //! plot           write PNG plots of a run directory's metrics
+//! ```
+//!
+//! Exit status (see also the README):
+//!
+//! ```text
+//! 0    the command did what was asked (an early stop is a finished run)
+//! 1    it failed (the message names the file, field or step, and the fix)
+//! 2    the command line is wrong: an unknown option or command, a `--set`
+//!      or `--preset` value refused (unknown field, wrong type, out of range)
+//! 3    eval / predict / export / export-params found no usable checkpoint
+//!      in the run directory: train first
+//! 130  interrupted (Ctrl-C): training stopped after saving a checkpoint;
+//!      `resume` continues from it
 //! ```
 //!
 //! `--help` lists every field of the experiment with its category, type,
@@ -40,19 +55,77 @@ use crate::report::{config_table, set_config_report};
 type Error = Box<dyn std::error::Error>;
 
 /// Runs the command line of experiment `E` from the process arguments and
-/// exits: status 0 on success, 2 on a usage error, 1 on any other error
-/// (printed to stderr).
+/// exits with the status [`exit_code`] gives (0 on success; see the module
+/// doc), the error printed to stderr.
 pub fn main<E: Experiment>() {
     match run::<E, _, _>(std::env::args_os()) {
-        Ok(()) => {}
+        Ok(()) => std::process::exit(0),
         Err(e) => match e.downcast::<clap::Error>() {
             Ok(clap_error) => clap_error.exit(),
             Err(e) => {
                 eprintln!("error: {e}");
-                std::process::exit(1);
+                std::process::exit(exit_code(&*e));
             }
         },
     }
+}
+
+/// Why a command did not do what was asked, besides the errors of the
+/// library it drives.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Training stopped early on request (Ctrl-C), after saving.
+    #[error("interrupted at step {step}; {saved}")]
+    Interrupted {
+        /// Updates done.
+        step: u64,
+        /// What was saved and how to continue.
+        saved: String,
+    },
+    /// A command that needs trained params found none.
+    #[error("`{command}`: no usable checkpoint in `{}` ({why}); train first: `{program} train --run-dir {}`", dir.display(), dir.display())]
+    NoCheckpoint {
+        /// The command.
+        command: String,
+        /// The run directory.
+        dir: PathBuf,
+        /// Missing directory, or no (intact) checkpoint in it.
+        why: &'static str,
+        /// The program's name, for the advice.
+        program: String,
+    },
+}
+
+/// The exit status for an error of [`run`] (see the module doc).
+pub fn exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
+    if let Some(e) = e.downcast_ref::<CliError>() {
+        return match e {
+            CliError::Interrupted { .. } => 130,
+            CliError::NoCheckpoint { .. } => 3,
+        };
+    }
+    if let Some(e) = e.downcast_ref::<clap::Error>() {
+        return e.exit_code();
+    }
+    let refused_value = e.downcast_ref::<nitro_markers::ConfigError>().is_some()
+        || matches!(
+            e.downcast_ref::<crate::RunError>(),
+            Some(crate::RunError::Value(_))
+        );
+    if refused_value {
+        2
+    } else {
+        1
+    }
+}
+
+/// This program's name, for advice in messages.
+fn program_name() -> String {
+    std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "<program>".into())
 }
 
 /// The field table `--help` ends with: name, category, type, default, doc.
@@ -145,6 +218,7 @@ fn command<E: Experiment>() -> Command {
                 .arg(path_arg("input", "The safetensors file").required(true)),
         )
         .subcommand(Command::new("show-config").about("Print the marker table with this run's values"))
+        .subcommand(Command::new("summary").about("Parameters per layer and in total, bytes, and the train step's kernel count and peak memory"))
         .subcommand(Command::new("presets").about("List the named configurations"))
         .subcommand(
             Command::new("plot")
@@ -297,15 +371,25 @@ where
         n.use_device(device)?;
     }
     let dir = n.frozen.run.run_dir.clone();
+    // Commands that need trained params fail without them: evaluating or
+    // shipping the initial params would look like success.
     let restore = |n: &mut Nitro<E>| -> Result<(), Error> {
         match n.resume()? {
-            Some(path) => eprintln!("loaded {} (step {})", path.display(), n.step()),
-            None => eprintln!(
-                "no checkpoint in {}; using the initial params (train first)",
-                dir.display()
-            ),
+            Some(path) => {
+                eprintln!("loaded {} (step {})", path.display(), n.step());
+                Ok(())
+            }
+            None => Err(Box::new(CliError::NoCheckpoint {
+                command: name.to_string(),
+                why: if dir.is_dir() {
+                    "it holds none, or every one is damaged: see the warnings above"
+                } else {
+                    "the directory does not exist"
+                },
+                dir: dir.clone(),
+                program: program_name(),
+            })),
         }
-        Ok(())
     };
     match name {
         "train" | "resume" => {
@@ -321,12 +405,13 @@ where
                 }
             }
             let report = n.train()?;
+            let wall = report.wall_time.as_secs_f64().max(1e-9);
             eprintln!(
-                "trained to step {} in {:.1}s ({:.0}% inside the compiled step){}",
+                "trained to step {} in {:.1}s ({:.0}% inside the compiled step, {:.1}% blocked on checkpoints){}",
                 report.steps,
                 report.wall_time.as_secs_f64(),
-                100.0 * report.program_time.as_secs_f64()
-                    / report.wall_time.as_secs_f64().max(1e-9),
+                100.0 * report.program_time.as_secs_f64() / wall,
+                100.0 * report.checkpoint_time.as_secs_f64() / wall,
                 if report.early_stopped {
                     "; stopped early"
                 } else {
@@ -335,6 +420,22 @@ where
             );
             for path in crate::plot::plot_run(&dir)? {
                 eprintln!("plot: {}", path.display());
+            }
+            if report.interrupted {
+                let saved = if n.frozen.run.checkpointer.every == crate::Cadence::Off {
+                    "checkpoints are off, so nothing was saved".to_string()
+                } else {
+                    format!(
+                        "saved to `{}`: continue with `{} resume --run-dir {}`",
+                        dir.display(),
+                        program_name(),
+                        dir.display()
+                    )
+                };
+                return Err(Box::new(CliError::Interrupted {
+                    step: report.steps,
+                    saved,
+                }));
             }
             if n.data.test.is_some() {
                 print_metrics("test", &n.evaluate("test")?);
@@ -392,11 +493,26 @@ where
             n.save_safetensors(&path)?;
             println!("{}", path.display());
         }
+        "summary" => println!("{}", n.summary()?),
         "import-params" => {
+            // Into the run's newest position (its step, optimizer state and
+            // history), replacing that step's checkpoint: the import is the
+            // newest checkpoint, so rotation keeps it and eval loads it.
             let input = sub.get_one::<PathBuf>("input").expect("required");
+            let replaced = n.resume()?;
             n.load_safetensors(input)?;
             let mut store = n.open_store()?;
             let path = n.save_checkpoint(&mut store, &BTreeMap::new())?;
+            eprintln!(
+                "imported {} as the checkpoint of step {}{}",
+                input.display(),
+                n.step(),
+                if replaced.is_some() {
+                    " (replacing that step's params; eval, predict and export load it)"
+                } else {
+                    ""
+                }
+            );
             println!("{}", path.display());
         }
         other => unreachable!("clap knows no subcommand `{other}`"),

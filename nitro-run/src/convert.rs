@@ -117,6 +117,89 @@ pub(crate) fn to_array(field: &str, a: &Array) -> Result<Array> {
     gather_array(field, a, &all)
 }
 
+/// A batch field loaded by the user (a [`nitro_data::HostArray`]) as a
+/// program input: floats and i32 as they are, u8 and bool widened to i32,
+/// i64 narrowed to i32 with a check naming the first value that does not
+/// fit. The inputs of [`crate::step_api`] programs and of a hand-built
+/// batch take this form.
+pub fn program_input(field: &str, a: &nitro_data::HostArray) -> Result<Array> {
+    to_array(field, a)
+}
+
+/// Checks `batch` against the fields a program takes, `(name, per-sample
+/// spec)`, before anything runs: each field present, of a dtype the
+/// program takes and of its per-sample shape. The message speaks of the
+/// batch as the user built it (its own dtype, `n` rows), never of padded
+/// widths or internal input names.
+pub(crate) fn check_batch(
+    batch: &nitro_data::Batch,
+    takes: &[(String, TensorSpec)],
+) -> std::result::Result<(), (String, String)> {
+    let wants = |spec: &TensorSpec| format!("{}[n, {}]", spec.dtype, dims(&spec.shape));
+    for (name, spec) in takes {
+        let Some(a) = batch.get(name) else {
+            return Err((
+                name.clone(),
+                format!(
+                    "missing from the batch (it has: {}); the model takes {}",
+                    batch.names().join(", "),
+                    wants(spec)
+                ),
+            ));
+        };
+        let given = format!("{}[{}]", a.dtype(), dims(a.shape()));
+        if a.shape().is_empty() || a.sample_shape() != spec.shape.as_slice() {
+            return Err((
+                name.clone(),
+                format!(
+                    "given {given}, but the model takes {} (samples of shape [{}], any number of rows)",
+                    wants(spec),
+                    dims(&spec.shape)
+                ),
+            ));
+        }
+        if program_dtype(a.dtype()) != spec.dtype {
+            return Err((
+                name.clone(),
+                format!(
+                    "given {given}, but the model takes {}; convert the field",
+                    wants(spec)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// [`check_batch`] against the batch inputs of a compiled program (their
+/// specs carry the compiled width on axis 0, which the user never sees).
+pub(crate) fn check_program_batch(
+    batch: &nitro_data::Batch,
+    sig: &nitro_graph::exec::signature::Signature,
+) -> Result<()> {
+    let role = nitro_graph::Role::Batch(0);
+    let takes: Vec<(String, TensorSpec)> = sig
+        .names(role)
+        .iter()
+        .zip(sig.specs(role))
+        .map(|(n, s)| {
+            (
+                n.clone(),
+                TensorSpec::new(s.dtype, s.shape.get(1..).unwrap_or(&[])),
+            )
+        })
+        .collect();
+    check_batch(batch, &takes).map_err(|(field, reason)| field_error(&field, reason))
+}
+
+fn dims(shape: &[usize]) -> String {
+    shape
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Integer labels as i64 (for host metrics); floats truncate toward zero.
 pub(crate) fn labels_i64(a: &Array) -> Vec<i64> {
     match a.data() {
@@ -154,6 +237,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_batch_is_checked_in_the_users_terms() {
+        let takes = vec![("image".to_string(), TensorSpec::f32(&[28, 28]))];
+        let batch = |a: Array| nitro_data::Batch::new().with("image", a).unwrap();
+        let ok = batch(Array::new(&[3, 28, 28], vec![0f32; 3 * 784]).unwrap());
+        assert!(check_batch(&ok, &takes).is_ok());
+        let small = batch(Array::new(&[5, 27, 27], vec![0f32; 5 * 729]).unwrap());
+        let (field, why) = check_batch(&small, &takes).unwrap_err();
+        assert_eq!(field, "image");
+        assert!(
+            why.contains("given f32[5, 27, 27]") && why.contains("f32[n, 28, 28]"),
+            "{why}"
+        );
+        let bytes = batch(Array::new(&[2, 28, 28], vec![0u8; 2 * 784]).unwrap());
+        let (_, why) = check_batch(&bytes, &takes).unwrap_err();
+        assert!(
+            why.contains("given u8[2, 28, 28]") && !why.contains("i32"),
+            "{why}"
+        );
+        let other = nitro_data::Batch::new()
+            .with("pixels", Array::new(&[1, 2], vec![0f32; 2]).unwrap())
+            .unwrap();
+        let (_, why) = check_batch(&other, &takes).unwrap_err();
+        assert!(why.contains("missing") && why.contains("pixels"), "{why}");
+    }
+
+    #[test]
     fn gather_widens_and_checks_narrowing() {
         let u8s = Array::new(&[3, 2], vec![1u8, 2, 3, 4, 255, 0]).unwrap();
         let g = gather_array("y", &u8s, &[2, 0]).unwrap();
@@ -175,6 +284,7 @@ mod tests {
         assert!(err.contains("index 3"), "{err}");
         let f = Array::new(&[2, 1], vec![0.5f32, 1.5]).unwrap();
         assert_eq!(to_array("x", &f).unwrap(), f);
+        assert_eq!(program_input("x", &f).unwrap(), f);
         assert_eq!(
             gather_array("x", &f, &[1, 1]).unwrap().to_f32_vec(),
             [1.5, 1.5]

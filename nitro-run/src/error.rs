@@ -9,6 +9,9 @@ pub type HookError = Box<dyn std::error::Error + Send + Sync>;
 /// Errors from the Nitro handle and the training loop.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// A field value outside its declared range, or otherwise refused.
+    #[error("{0}")]
+    Value(Box<nitro_markers::ConfigError>),
     /// A user hook returned an error.
     #[error("hook `{hook}` failed: {source}")]
     Hook {

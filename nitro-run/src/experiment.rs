@@ -39,26 +39,45 @@ pub struct ModelParts<M> {
     pub state: Params<Array>,
 }
 
-/// Checkpoint policy: when to save and what to keep.
+/// When a run saves a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cadence {
+    /// Never, not even at the end or on Ctrl-C: such a run cannot be
+    /// resumed, evaluated or exported from its run directory.
+    Off,
+    /// Every N updates (N >= 1), and at the end.
+    Steps(u64),
+    /// At the end of every N-th epoch (N >= 1), and at the end.
+    Epochs(u64),
+    /// At the end only.
+    End,
+}
+
+/// Checkpoint policy: when to save, what to keep, and how to write. Every
+/// cadence but [`Cadence::Off`] also saves when a run is interrupted
+/// (Ctrl-C, `request_stop`, `stop_after`), so it resumes where it stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpointer {
-    /// Save every this many updates (0 = only at epoch ends and the end).
-    pub every_steps: u64,
-    /// Save at the end of every epoch.
-    pub every_epoch: bool,
-    /// Keep the newest N checkpoints.
+    /// When to save (default: every epoch).
+    pub every: Cadence,
+    /// Keep the newest N checkpoints (N >= 1).
     pub keep_last: usize,
     /// Also keep the best M by a metric: `(metric, keep, maximize)`.
     pub best: Option<(String, usize, bool)>,
+    /// Write on a background thread (default): the step loop hands over a
+    /// host snapshot and goes on; at most one save is in flight (the next
+    /// waits for it), and the run waits for the writer before it returns.
+    /// `false` writes in the step loop.
+    pub background: bool,
 }
 
 impl Default for Checkpointer {
     fn default() -> Self {
         Checkpointer {
-            every_steps: 0,
-            every_epoch: true,
+            every: Cadence::Epochs(1),
             keep_last: 3,
             best: None,
+            background: true,
         }
     }
 }
@@ -82,6 +101,16 @@ pub struct Logger {
     pub progress: Progress,
     /// Steps between plain progress lines.
     pub every: u64,
+}
+
+impl Logger {
+    /// No progress output at all (errors still surface as `Err`).
+    pub fn quiet() -> Logger {
+        Logger {
+            progress: Progress::Off,
+            ..Logger::default()
+        }
+    }
 }
 
 impl Default for Logger {

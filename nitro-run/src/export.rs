@@ -276,27 +276,8 @@ impl Exported {
     /// to the real rows, exactly as [`Nitro::predict`].
     pub fn predict(&self, batch: &Batch) -> Result<HostOutputs, ExportError> {
         let rows = batch.rows();
-        for (name, spec) in &self.inputs {
-            let a = batch.get(name).ok_or_else(|| ExportError::Input {
-                field: name.clone(),
-                reason: format!(
-                    "missing from the batch (fields: {}); the model takes {:?}[n, {:?}]",
-                    batch.names().join(", "),
-                    spec.dtype,
-                    spec.shape
-                ),
-            })?;
-            if a.sample_shape() != spec.shape.as_slice() {
-                return Err(ExportError::Input {
-                    field: name.clone(),
-                    reason: format!(
-                        "sample shape {:?}; the model takes {:?}",
-                        a.sample_shape(),
-                        spec.shape
-                    ),
-                });
-            }
-        }
+        crate::convert::check_batch(batch, &self.inputs)
+            .map_err(|(field, reason)| ExportError::Input { field, reason })?;
         let mut parts: Vec<HostOutputs> = Vec::new();
         let mut start = 0;
         loop {

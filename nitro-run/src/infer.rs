@@ -89,6 +89,7 @@ impl<E: Experiment> Nitro<E> {
         self.report(false);
         let width = self.frozen.run.batch_size;
         let compiled = self.program(&Kind::Predict { width })?;
+        crate::convert::check_program_batch(batch, &compiled.sig)?;
         let fields: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
         let rows = batch.rows();
         let mut parts: Vec<HostOutputs> = vec![];

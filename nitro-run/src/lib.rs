@@ -66,6 +66,7 @@
 #![warn(missing_docs)]
 
 mod batches;
+mod checkpointing;
 mod ckpt;
 pub mod cli;
 mod convert;
@@ -92,13 +93,16 @@ mod setup;
 pub mod step_api;
 mod stop;
 mod structure;
+mod summary;
 mod trace;
 mod train;
 mod train_step;
+mod validate;
 
+pub use convert::program_input;
 pub use error::{HookError, Result, RunError};
 pub use experiment::{
-    Checkpointer, Distributed, Experiment, Logger, ModelParts, Progress, Tensors,
+    Cadence, Checkpointer, Distributed, Experiment, Logger, ModelParts, Progress, Tensors,
 };
 pub use export::{ExportError, Exported};
 pub use handle::Nitro;
@@ -115,6 +119,7 @@ pub use report::{config_table, set_config_report, RunValues};
 pub use run_state::Position;
 pub use schedule::Schedule;
 pub use stop::{Patience, Stopper};
+pub use summary::{LayerSummary, Summary};
 pub use train::TrainReport;
 
 /// The README's Rust examples, compiled as doctests so they cannot rot.

@@ -117,6 +117,17 @@ impl Totals {
         e.1 += count;
     }
 
+    /// The sums and counts by name (a checkpoint records them, so a
+    /// resumed epoch's means cover the steps before the resume too).
+    pub(crate) fn entries(&self) -> &BTreeMap<String, (f64, f64)> {
+        &self.0
+    }
+
+    /// Totals from recorded [`Totals::entries`].
+    pub(crate) fn from_entries(entries: BTreeMap<String, (f64, f64)>) -> Totals {
+        Totals(entries)
+    }
+
     pub(crate) fn finish(&self, prefix: &str) -> BTreeMap<String, f64> {
         self.0
             .iter()

@@ -11,8 +11,17 @@
 //! ```
 //!
 //! `step` counts updates done (1 after the first); `epoch` is 1-based. A
-//! resumed run keeps the rows up to its checkpoint's step and drops any
-//! written after it, so the log reads as one uninterrupted run.
+//! resumed run keeps the rows its checkpoint had seen (step rows up to its
+//! step, epoch rows of the epochs it completed) and drops any written after
+//! it, so the log reads as one uninterrupted run: the same rows, value for
+//! value (`samples_per_s` aside, a timing).
+//!
+//! Durability: rows are flushed before every checkpoint is handed to its
+//! writer, so a checkpoint never knows rows the log lacks. Every rewrite
+//! (the resume's truncation, the config table) is atomic (temporary file,
+//! fsync, rename), so a kill leaves the old file or the new one, never a
+//! half; a row cut by a kill mid-append (no final newline) is dropped at
+//! the next open, and temporaries of dead processes are removed there.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -81,6 +90,7 @@ pub(crate) fn write_config(
     run: &crate::report::RunValues,
 ) -> std::io::Result<()> {
     std::fs::create_dir_all(run_dir)?;
+    remove_stale_temps(run_dir)?;
     let fields: Vec<Value> = meta
         .iter()
         .map(|m| {
@@ -107,14 +117,79 @@ pub(crate) fn write_config(
             "set_by_driver": run.overridden,
         },
     });
-    std::fs::write(
-        run_dir.join(CONFIG_JSON),
-        serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
+    write_atomic(
+        &run_dir.join(CONFIG_JSON),
+        &(serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"),
     )?;
-    std::fs::write(
-        run_dir.join(CONFIG_TXT),
-        crate::report::config_table(experiment, meta) + &run.report(experiment) + "\n",
+    write_atomic(
+        &run_dir.join(CONFIG_TXT),
+        &(crate::report::config_table(experiment, meta) + &run.report(experiment) + "\n"),
     )
+}
+
+/// `text` to `path`, atomically (see the module doc).
+fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    nitro_ckpt::write_file_atomic(path, text.as_bytes()).map_err(std::io::Error::other)
+}
+
+/// Removes the temporaries a killed process left while rewriting this
+/// module's files.
+fn remove_stale_temps(run_dir: &Path) -> std::io::Result<()> {
+    let ours = [METRICS_CSV, METRICS_JSONL, CONFIG_JSON, CONFIG_TXT];
+    nitro_ckpt::remove_stale_temps(run_dir, |t| ours.contains(&t))
+        .map(drop)
+        .map_err(std::io::Error::other)
+}
+
+/// What a resumed run's checkpoint had seen: the rows to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// Updates done: step rows up to this one are kept.
+    pub step: u64,
+    /// Epochs completed: epoch rows of epochs 1..=this are kept.
+    pub epochs: u64,
+}
+
+impl Seen {
+    /// Whether a row of `kind` at `step` in `epoch` (1-based) is kept.
+    fn keeps(&self, kind: &str, step: u64, epoch: u64) -> bool {
+        match kind {
+            "step" => step <= self.step,
+            "epoch" => epoch <= self.epochs && step <= self.step,
+            _ => false,
+        }
+    }
+}
+
+/// The complete lines of `text`: a last line without its newline was cut
+/// by a kill mid-append and is dropped.
+fn complete_lines(text: &str) -> impl Iterator<Item = &str> {
+    let end = text.rfind('\n').map_or(0, |i| i + 1);
+    text[..end].lines()
+}
+
+/// Whether CSV row `line` (of `cells` cells) is one `seen` keeps.
+fn csv_kept(line: &str, cells: usize, seen: Seen) -> bool {
+    let c: Vec<&str> = line.split(',').collect();
+    let num = |i: usize| c.get(i).and_then(|v| v.parse::<u64>().ok());
+    c.len() == cells
+        && matches!((num(1), num(2)), (Some(step), Some(epoch)) if seen.keeps(c[0], step, epoch))
+}
+
+/// Whether JSONL row `line` is one `seen` keeps.
+fn jsonl_kept(line: &str, seen: Seen) -> bool {
+    let Ok(Value::Object(row)) = serde_json::from_str::<Value>(line) else {
+        return false;
+    };
+    let num = |k: &str| row.get(k).and_then(Value::as_u64);
+    match (
+        row.get("kind").and_then(Value::as_str),
+        num("step"),
+        num("epoch"),
+    ) {
+        (Some(kind), Some(step), Some(epoch)) => seen.keeps(kind, step, epoch),
+        _ => false,
+    }
 }
 
 /// The open metrics log of a training call.
@@ -128,30 +203,19 @@ fn number(v: f64) -> Value {
     serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number)
 }
 
-/// Keeps the lines of `path` whose step (read by `step_of`) is at most
-/// `upto`; lines `step_of` cannot read (a header) are kept.
-fn truncate_after(
-    path: &Path,
-    upto: u64,
-    step_of: impl Fn(&str) -> Option<u64>,
-) -> std::io::Result<()> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(());
-    };
-    let kept: String = text
-        .lines()
-        .filter(|l| step_of(l).is_none_or(|s| s <= upto))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    std::fs::write(path, kept)
-}
-
 impl MetricsLog {
-    /// Opens the log in `run_dir` for a run that has done `step` updates:
-    /// a fresh run (0) starts new files, a resumed one keeps its rows up
-    /// to `step`. `columns` are the epoch metrics the CSV has columns for.
-    pub fn open(run_dir: &Path, step: u64, columns: Vec<String>) -> std::io::Result<MetricsLog> {
+    /// Opens the log in `run_dir`: a fresh run (`seen` is `None`) starts
+    /// new files; a resumed one keeps the rows its checkpoint had `seen`
+    /// and drops the rest (rewritten atomically). `columns` are the epoch
+    /// metrics the CSV has columns for; a log with other columns (another
+    /// configuration wrote it) is started afresh.
+    pub fn open(
+        run_dir: &Path,
+        seen: Option<Seen>,
+        columns: Vec<String>,
+    ) -> std::io::Result<MetricsLog> {
         std::fs::create_dir_all(run_dir)?;
+        remove_stale_temps(run_dir)?;
         let (csv_path, jsonl_path) = (run_dir.join(METRICS_CSV), run_dir.join(METRICS_JSONL));
         let header = ["kind", "step", "epoch", "loss", "lr"]
             .iter()
@@ -159,18 +223,40 @@ impl MetricsLog {
             .chain(columns.iter().cloned())
             .collect::<Vec<_>>()
             .join(",");
-        let fresh = step == 0
-            || std::fs::read_to_string(&csv_path)
-                .map(|t| t.lines().next() != Some(header.as_str()))
-                .unwrap_or(true);
-        if fresh {
-            std::fs::write(&csv_path, format!("{header}\n"))?;
-            std::fs::write(&jsonl_path, "")?;
-        } else {
-            truncate_after(&csv_path, step, |l| l.split(',').nth(1)?.parse().ok())?;
-            truncate_after(&jsonl_path, step, |l| {
-                serde_json::from_str::<Value>(l).ok()?.get("step")?.as_u64()
-            })?;
+        let csv = seen.and_then(|_| std::fs::read_to_string(&csv_path).ok());
+        let kept = match (seen, &csv) {
+            (Some(seen), Some(text)) if text.lines().next() == Some(header.as_str()) => {
+                Some((seen, text))
+            }
+            _ => None,
+        };
+        match kept {
+            None => {
+                if seen.is_some() {
+                    tracing::warn!(target: "nitro::log", file = %csv_path.display(), "metrics log missing or written with other columns: started afresh");
+                }
+                write_atomic(&csv_path, &format!("{header}\n"))?;
+                write_atomic(&jsonl_path, "")?;
+            }
+            Some((seen, text)) => {
+                let cells = header.split(',').count();
+                let mut out = format!("{header}\n");
+                for line in complete_lines(text)
+                    .skip(1)
+                    .filter(|l| csv_kept(l, cells, seen))
+                {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                write_atomic(&csv_path, &out)?;
+                let text = std::fs::read_to_string(&jsonl_path).unwrap_or_default();
+                let mut out = String::new();
+                for line in complete_lines(&text).filter(|l| jsonl_kept(l, seen)) {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+                write_atomic(&jsonl_path, &out)?;
+            }
         }
         let append = |p: &PathBuf| File::options().append(true).open(p).map(BufWriter::new);
         Ok(MetricsLog {
@@ -241,5 +327,77 @@ impl MetricsLog {
     pub fn flush(&mut self) -> std::io::Result<()> {
         self.csv.flush()?;
         self.jsonl.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A resume keeps exactly the rows its checkpoint had seen: step rows
+    /// up to its step, epoch rows of completed epochs; a row cut by a kill
+    /// (no final newline) and rows written after the checkpoint go.
+    #[test]
+    fn a_resume_keeps_the_rows_its_checkpoint_saw_and_drops_a_cut_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let columns = vec!["val_loss".to_string()];
+        let mut log = MetricsLog::open(dir.path(), None, columns.clone()).unwrap();
+        for step in 1..=4 {
+            log.step(step, 1, 0.5, 0.1, 1.0).unwrap();
+        }
+        log.epoch(4, 1, &BTreeMap::from([("val_loss".into(), 0.25)]))
+            .unwrap();
+        log.step(5, 2, 0.4, 0.1, 1.0).unwrap();
+        log.step(6, 2, 0.3, 0.1, 1.0).unwrap();
+        log.flush().unwrap();
+        drop(log);
+        // A kill mid-append: half a row in each file.
+        for (name, cut) in [
+            (METRICS_CSV, "step,7,2,0.2"),
+            (METRICS_JSONL, "{\"kind\":\"step\",\"step\":7"),
+        ] {
+            let mut f = File::options()
+                .append(true)
+                .open(dir.path().join(name))
+                .unwrap();
+            f.write_all(cut.as_bytes()).unwrap();
+        }
+        // Checkpointed at step 5, one epoch done.
+        let seen = Seen { step: 5, epochs: 1 };
+        MetricsLog::open(dir.path(), Some(seen), columns.clone()).unwrap();
+        let csv = std::fs::read_to_string(dir.path().join(METRICS_CSV)).unwrap();
+        let steps: Vec<&str> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap())
+            .collect();
+        assert_eq!(steps, ["1", "2", "3", "4", "4", "5"], "{csv}");
+        assert!(csv.ends_with('\n'));
+        let rows = read_rows(dir.path()).unwrap();
+        let kinds: Vec<(&str, u64)> = rows.iter().map(|r| (r.kind.as_str(), r.step)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("step", 1),
+                ("step", 2),
+                ("step", 3),
+                ("step", 4),
+                ("epoch", 4),
+                ("step", 5)
+            ]
+        );
+        // Checkpointed at step 4 *before* its epoch row (the epoch is not
+        // complete in it): the epoch row goes too, to be written again.
+        let seen = Seen { step: 4, epochs: 0 };
+        MetricsLog::open(dir.path(), Some(seen), columns).unwrap();
+        let rows = read_rows(dir.path()).unwrap();
+        assert_eq!(rows.len(), 4);
+        assert!(rows.iter().all(|r| r.kind == "step"));
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.contains(".tmp-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }

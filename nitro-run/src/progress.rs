@@ -14,7 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::experiment::{Experiment, Logger, Progress};
 use crate::handle::Nitro;
-use crate::metrics_log::{write_config, MetricsLog};
+use crate::metrics_log::{write_config, MetricsLog, Seen};
 use crate::schedule::Schedule;
 
 enum View {
@@ -87,7 +87,14 @@ impl<E: Experiment> Nitro<E> {
             &meta,
             run,
         )
-        .and_then(|()| MetricsLog::open(&run.run_dir, self.progress.position.step, columns));
+        .and_then(|()| {
+            let position = self.progress.position;
+            let seen = (position.step > 0).then_some(Seen {
+                step: position.step,
+                epochs: position.epoch,
+            });
+            MetricsLog::open(&run.run_dir, seen, columns)
+        });
         let log = match opened {
             Ok(log) => Some(log),
             Err(e) => {
@@ -202,6 +209,12 @@ impl Display {
             View::Lines { .. } => eprintln!("{text}"),
             View::Off => {}
         }
+    }
+
+    /// Hands the buffered rows to the OS: called before a checkpoint is
+    /// handed to its writer, so no checkpoint knows rows a kill could lose.
+    pub fn flush(&self) {
+        self.with_log(MetricsLog::flush);
     }
 
     pub fn finish(&self) {

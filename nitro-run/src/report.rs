@@ -108,7 +108,9 @@ impl RunValues {
         if overrides.quiet {
             logger.progress = Progress::Off;
         }
-        Ok(RunValues {
+        e.check_ranges()
+            .map_err(|err| RunError::Value(Box::new(err)))?;
+        let run = RunValues {
             seed: e.seed(),
             batch_size,
             accum,
@@ -123,7 +125,9 @@ impl RunValues {
             logger,
             short_batch,
             overridden,
-        })
+        };
+        crate::validate::run_values(&run.optimizer, run.clip, &run.checkpointer, &run.run_dir)?;
+        Ok(run)
     }
 
     pub(crate) fn report(&self, experiment: &str) -> String {

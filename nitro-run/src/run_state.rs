@@ -1,9 +1,11 @@
 //! Where a run is: the position (updates done, epoch, next batch), the
-//! per-epoch metric history, the early stopper and a scripted stop. Saved
-//! in every checkpoint and restored by resume.
+//! per-epoch metric history, the running totals of the current epoch, the
+//! early stopper and a scripted stop. Position, history and totals are
+//! saved in every checkpoint and restored by resume.
 
 use std::collections::BTreeMap;
 
+use crate::metric::Totals;
 use crate::stop::Stopper;
 
 /// Where a run is: updates done, and the next batch to take.
@@ -22,6 +24,10 @@ pub(crate) struct RunState {
     pub position: Position,
     /// Metrics recorded per epoch: `(epoch, {name: value})`.
     pub history: Vec<(u64, BTreeMap<String, f64>)>,
+    /// The current epoch's running sums (train loss and train metrics),
+    /// so an epoch interrupted and resumed reports the means of all its
+    /// steps, as an uninterrupted one does.
+    pub epoch_totals: Totals,
     pub stopper: Option<Box<dyn Stopper>>,
     /// Stop (checkpoint, return) once this many updates are done.
     pub stop_after: Option<u64>,
@@ -33,6 +39,7 @@ impl RunState {
         RunState {
             position: Position::default(),
             history: vec![],
+            epoch_totals: Totals::default(),
             stopper,
             stop_after: None,
         }

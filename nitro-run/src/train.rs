@@ -24,6 +24,7 @@ use nitro_graph::{Array, DType};
 use nitro_markers::{DeviceData, DeviceValue};
 
 use crate::batches::{self, Window, WindowSpec};
+use crate::checkpointing::Checkpoints;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::Nitro;
@@ -49,7 +50,9 @@ pub struct TrainReport {
     pub metrics: BTreeMap<String, f64>,
     /// Time spent inside the compiled train step.
     pub program_time: Duration,
-    /// Time spent writing checkpoints.
+    /// Time the step loop was blocked on checkpoints: taking the host
+    /// snapshot, handing it over, waiting for the writer (with the default
+    /// background writer the file writing itself overlaps training).
     pub checkpoint_time: Duration,
     /// Time spent validating.
     pub eval_time: Duration,
@@ -69,7 +72,7 @@ impl<E: Experiment> Nitro<E> {
         self.progress.stop_after = Some(step);
     }
 
-    fn train_kind(&self) -> Kind {
+    pub(crate) fn train_kind(&self) -> Kind {
         Kind::train_step(&self.frozen.run, !self.frozen.train_metrics.is_empty())
     }
 
@@ -183,6 +186,12 @@ impl<E: Experiment> Nitro<E> {
 
     fn train_loop(&mut self) -> Result<TrainReport> {
         self.report(true);
+        if self.frozen.run.max_epochs == 0 {
+            return Err(RunError::Setting {
+                setting: "max_epochs",
+                reason: "is 0, but training needs at least one epoch: set it (or --max-epochs) to 1 or more".into(),
+            });
+        }
         interrupt::install();
         let started = Instant::now();
         let compiled = self.program(&self.train_kind())?;
@@ -200,14 +209,15 @@ impl<E: Experiment> Nitro<E> {
         let batches = order.batches_per_epoch();
         let routed: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
         let keep_micro = !self.frozen.train_metrics.is_empty();
-        let mut store = self.open_store()?;
+        let mut ckpts = Checkpoints::open(self)?;
         let display = self.display();
-        let every = self.frozen.run.checkpointer.every_steps;
         let mut report = TrainReport::default();
-        let mut last_saved = None;
         'epochs: while self.progress.position.epoch < self.frozen.run.max_epochs {
             let epoch = self.progress.position.epoch;
-            let mut totals = Totals::default();
+            // A resumed epoch keeps the sums of its steps before the resume.
+            if self.progress.position.batch == 0 {
+                self.progress.epoch_totals = Totals::default();
+            }
             let mut windows = batches::windows(
                 data.clone(),
                 order,
@@ -277,35 +287,38 @@ impl<E: Experiment> Nitro<E> {
                         };
                         for m in &self.frozen.train_metrics {
                             let (s, c) = m.compute(&mine, batch);
-                            totals.add(&m.name, s, c);
+                            self.progress.epoch_totals.add(&m.name, s, c);
                         }
                     }
                 }
-                totals.add("loss", loss, 1.0);
+                self.progress.epoch_totals.add("loss", loss, 1.0);
                 self.progress.position.step += 1;
                 self.progress.position.batch += window;
                 display.step(self.progress.position.step, epoch, loss);
                 let stop_now = interrupt::take_request()
                     || self.progress.stop_after == Some(self.progress.position.step);
-                if stop_now || (every > 0 && self.progress.position.step % every == 0) {
-                    let t0 = Instant::now();
-                    let path = self.save_checkpoint(&mut store, &BTreeMap::new())?;
-                    report.checkpoint_time += t0.elapsed();
-                    last_saved = Some(self.progress.position.step);
+                if stop_now || ckpts.due_after_step(self.progress.position.step) {
+                    // The rows first: a checkpoint never knows rows the
+                    // log could lose.
+                    display.flush();
+                    let path = ckpts.save(self, &BTreeMap::new())?;
                     if stop_now {
+                        let saved = path.map_or_else(
+                            || "checkpoints are off: nothing saved".to_string(),
+                            |p| format!("checkpoint {}", p.display()),
+                        );
                         display.line(&format!(
-                            "nitro: stopped at step {} (epoch {}); checkpoint {}",
+                            "nitro: stopped at step {} (epoch {}); {saved}",
                             self.progress.position.step,
                             epoch + 1,
-                            path.display()
                         ));
                         report.interrupted = true;
                         break 'epochs;
                     }
                 }
             }
-            let mut metrics = totals.finish("");
-            for (k, v) in totals.finish("train_") {
+            let mut metrics = self.progress.epoch_totals.finish("");
+            for (k, v) in self.progress.epoch_totals.finish("train_") {
                 if k != "train_loss" {
                     metrics.insert(k, v);
                 }
@@ -339,11 +352,9 @@ impl<E: Experiment> Nitro<E> {
                 .as_mut()
                 .is_some_and(|s| s.should_stop(epoch, &metrics));
             let last = stop || self.progress.position.epoch >= self.frozen.run.max_epochs;
-            if self.frozen.run.checkpointer.every_epoch || last {
-                let t0 = Instant::now();
-                self.save_checkpoint(&mut store, &metrics)?;
-                report.checkpoint_time += t0.elapsed();
-                last_saved = Some(self.progress.position.step);
+            if last || ckpts.due_after_epoch(self.progress.position.epoch) {
+                display.flush();
+                ckpts.save(self, &metrics)?;
             }
             if stop {
                 display.line(&format!("nitro: early stop after epoch {}", epoch + 1));
@@ -352,12 +363,12 @@ impl<E: Experiment> Nitro<E> {
                 break;
             }
         }
-        if last_saved != Some(self.progress.position.step) && self.progress.position.step > 0 {
-            let t0 = Instant::now();
-            self.save_checkpoint(&mut store, &BTreeMap::new())?;
-            report.checkpoint_time += t0.elapsed();
+        if ckpts.unsaved(self.progress.position.step) {
+            display.flush();
+            ckpts.save(self, &BTreeMap::new())?;
         }
         display.finish();
+        report.checkpoint_time = ckpts.finish()?;
         report.steps = self.progress.position.step;
         report.wall_time = started.elapsed();
         Ok(report)

@@ -366,8 +366,19 @@ fn device_cuda_runs_on_a_gpu_or_says_what_is_missing() {
     let run_dir = dir.path().to_str().unwrap();
     let args = ["--device", "cuda", "--quiet", "eval", "--run-dir", run_dir];
     if nitro_graph::Device::Cuda(0).check().is_ok() {
-        // A GPU: the untrained model is evaluated there.
-        let (out, _) = ok(&args);
+        // A GPU: a quick run trains and evaluates there (eval alone would
+        // refuse the empty run directory: train first).
+        let train = [
+            "--device",
+            "cuda",
+            "--quiet",
+            "--preset",
+            "quick",
+            "train",
+            "--run-dir",
+            run_dir,
+        ];
+        let (out, _) = ok(&train);
         assert!(out.contains("test loss"), "{out}");
         return;
     }

@@ -24,8 +24,7 @@ fn experiment(dir: &Path) -> Tiny {
     let mut e = tiny(dir);
     e.epochs = 1000;
     e.knobs.optimizer = Some(Optimizer::adam(0.01));
-    e.knobs.every_steps = 3;
-    e.knobs.every_epoch = Some(false);
+    e.knobs.every = Some(nitro_run::Cadence::Steps(3));
     e.knobs.keep_last = Some(2);
     e
 }

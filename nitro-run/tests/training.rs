@@ -148,7 +148,9 @@ fn early_stopping_on_a_planted_plateau() {
     let d = tempfile::tempdir().unwrap();
     let mut e = tiny(d.path());
     e.epochs = 10;
-    e.knobs.optimizer = Some(Optimizer::sgd(0.0)); // the loss never moves
+    // An update far below f32 resolution: the loss never moves (lr 0 is
+    // refused as a setting).
+    e.knobs.optimizer = Some(Optimizer::sgd(1e-30));
     e.knobs.val = 8;
     e.knobs.stop_on = Some(("val_loss".into(), 2));
     let mut n = Nitro::new(e).unwrap();
@@ -374,7 +376,7 @@ fn checkpoints_rotate_keep_last_n_and_best_m() {
     let d = tempfile::tempdir().unwrap();
     let mut e = tiny(d.path());
     e.epochs = 1;
-    e.knobs.every_steps = 1;
+    e.knobs.every = Some(nitro_run::Cadence::Steps(1));
     e.knobs.keep_last = Some(2);
     let mut n = Nitro::new(e).unwrap();
     n.train().unwrap();
@@ -412,4 +414,96 @@ fn a_device_value_restored_on_resume_is_written_back() {
     resumed.resume().unwrap().unwrap();
     assert_eq!(resumed.device_value::<f32>("temperature").unwrap(), 2.5);
     assert_eq!(*resumed.experiment().temperature, 2.5);
+}
+
+#[test]
+fn run_values_the_framework_owns_are_validated_at_construction() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let refused = |set: &dyn Fn(&mut common::Tiny), parts: &[&str]| {
+        let mut e = tiny(d.path());
+        set(&mut e);
+        let msg = Nitro::new(e).err().expect("refused").to_string();
+        for p in parts {
+            assert!(msg.contains(p), "`{p}` missing from: {msg}");
+        }
+    };
+    refused(
+        &|e| e.knobs.optimizer = Some(Optimizer::sgd(-1.0)),
+        &["optimizer (lr)", "-1"],
+    );
+    refused(
+        &|e| e.knobs.optimizer = Some(Optimizer::adam(f64::NAN)),
+        &["optimizer (lr)", "NaN"],
+    );
+    refused(&|e| e.knobs.clip = Some(0.0), &["clip", "greater than 0"]);
+    refused(&|e| e.batch = 0, &["batch_size", "at least 1"]);
+    refused(&|e| e.accum = 0, &["accum", "at least 1"]);
+    refused(
+        &|e| e.knobs.every = Some(nitro_run::Cadence::Steps(0)),
+        &["checkpointer (every)", "Cadence::Off"],
+    );
+    refused(
+        &|e| e.knobs.keep_last = Some(0),
+        &["keep_last", "at least 1"],
+    );
+    // max_epochs 0 builds (to evaluate or export) but does not train.
+    let mut e = tiny(d.path());
+    e.epochs = 0;
+    let err = Nitro::new(e).unwrap().train().unwrap_err().to_string();
+    assert!(
+        err.contains("max_epochs") && err.contains("at least one epoch"),
+        "{err}"
+    );
+}
+
+/// Every cadence saves what it says, in the background or inline, and
+/// the report counts the time the loop was blocked on it.
+#[test]
+fn checkpoint_cadences_save_what_they_say() {
+    quiet();
+    let steps_of = |dir: &std::path::Path| -> Vec<u64> {
+        let mut v: Vec<u64> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|f| {
+                let n = f.ok()?.file_name().into_string().ok()?;
+                n.strip_prefix("ckpt-")?
+                    .strip_suffix(".nckpt")?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    use nitro_run::Cadence;
+    // 10 updates per epoch, 4 epochs; keep them all.
+    for (every, inline, want) in [
+        (Cadence::Off, false, vec![]),
+        (Cadence::End, false, vec![40]),
+        (Cadence::Epochs(1), false, vec![10, 20, 30, 40]),
+        (Cadence::Epochs(3), true, vec![30, 40]),
+        (Cadence::Steps(15), false, vec![15, 30, 40]),
+        (Cadence::Steps(15), true, vec![15, 30, 40]),
+    ] {
+        let d = tempfile::tempdir().unwrap();
+        let mut e = tiny(d.path());
+        e.epochs = 4;
+        e.knobs.every = Some(every);
+        e.knobs.inline_saves = inline;
+        e.knobs.keep_last = Some(10);
+        let mut n = Nitro::new(e).unwrap();
+        let r = n.train().unwrap();
+        assert_eq!(steps_of(d.path()), want, "{every:?} inline={inline}");
+        assert!(r.checkpoint_time <= r.wall_time);
+        if every == Cadence::Off {
+            assert!(n.resume().unwrap().is_none());
+        } else {
+            // The newest resumes at the end.
+            let mut again = Nitro::new(tiny(d.path())).unwrap();
+            again.resume().unwrap().unwrap();
+            assert_eq!(again.step(), 40);
+            assert_eq!(bits(&again), bits(&n), "{every:?}");
+        }
+    }
 }

@@ -20,6 +20,18 @@ pub(crate) fn write_checkpoint<W: Write>(w: &mut W, ckpt: &Checkpoint) -> io::Re
     })
 }
 
+/// Writes `ckpt`'s tensors with `meta` in place of its metadata (a store
+/// adds its record without copying the tensors).
+pub(crate) fn write_checkpoint_with_meta<W: Write>(
+    w: &mut W,
+    ckpt: &Checkpoint,
+    meta: &Metadata,
+) -> io::Result<()> {
+    write_with_index(w, ckpt, VERSION, |_, trees| {
+        to_cbor(&IndexV2Ref { meta, trees })
+    })
+}
+
 /// Writes header, data section, the index `make_index` renders from the
 /// tensor table, and the footer.
 pub(crate) fn write_with_index<W: Write>(

@@ -135,3 +135,11 @@ pub fn sample(step: u64, floats: usize) -> Checkpoint {
     );
     c
 }
+
+/// A checkpoint a `Store` wrote, loaded, without the record the store adds
+/// (`STORE_METRICS`): equal to what was saved.
+pub fn load_stored(path: &std::path::Path) -> nitro_ckpt::Result<Checkpoint> {
+    let mut ckpt = nitro_ckpt::load(path)?;
+    ckpt.meta.user.remove(nitro_ckpt::STORE_METRICS);
+    Ok(ckpt)
+}

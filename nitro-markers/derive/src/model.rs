@@ -39,6 +39,9 @@ pub struct Field {
     pub doc: String,
     pub default: Option<Expr>,
     pub opaque: bool,
+    /// `range = <range expr>`: the values construction, presets and
+    /// overrides accept.
+    pub range: Option<Expr>,
 }
 
 impl Field {
@@ -115,7 +118,7 @@ pub fn parse_fields(input: &DeriveInput) -> syn::Result<Vec<Field>> {
             let ident = f.ident.clone().expect("named fields have names");
             let (category, inner) = marker(&f.ty).unwrap_or((Category::Host, f.ty.clone()));
             let mut field =
-                Field { ident, ty: f.ty.clone(), inner, category, doc: doc_text(&f.attrs), default: None, opaque: false };
+                Field { ident, ty: f.ty.clone(), inner, category, doc: doc_text(&f.attrs), default: None, opaque: false, range: None };
             for attr in f.attrs.iter().filter(|a| a.path().is_ident("experiment")) {
                 attr.parse_nested_meta(|meta| {
                     if meta.path.is_ident("default") {
@@ -124,10 +127,17 @@ pub fn parse_fields(input: &DeriveInput) -> syn::Result<Vec<Field>> {
                     } else if meta.path.is_ident("opaque") {
                         field.opaque = true;
                         Ok(())
+                    } else if meta.path.is_ident("range") {
+                        field.range = Some(meta.value()?.parse()?);
+                        Ok(())
                     } else {
-                        Err(meta.error("expected `default = <expr>` or `opaque`"))
+                        Err(meta.error("expected `default = <expr>`, `range = <range>` or `opaque`"))
                     }
                 })?;
+            }
+            if field.opaque && field.range.is_some() {
+                let msg = "an `opaque` field has no value to check against a `range`";
+                return Err(syn::Error::new_spanned(&f.ty, msg));
             }
             if field.opaque && !field.category.is_host() {
                 let msg = "only a Host field can be `opaque`: GraphConst and Device values must have a config form";

@@ -28,12 +28,14 @@ pub struct Knobs {
     pub clip: Option<f64>,
     pub schedule: Vec<(String, Schedule)>,
     pub stop_on: Option<(String, u64)>,
-    pub every_steps: u64,
+    /// The checkpoint cadence (default: every epoch).
+    pub every: Option<nitro_run::Cadence>,
+    /// Write checkpoints in the step loop instead of the background.
+    pub inline_saves: bool,
     pub val: usize,
     pub short: nitro_run::ShortBatch,
     pub keep_last: Option<usize>,
     pub best: Option<(String, usize, bool)>,
-    pub every_epoch: Option<bool>,
 }
 
 #[derive(Experiment, Debug)]
@@ -169,10 +171,10 @@ impl nitro_run::Experiment for Tiny {
     fn checkpointer(&self) -> Checkpointer {
         let default = Checkpointer::default();
         Checkpointer {
-            every_steps: self.knobs.every_steps,
+            every: self.knobs.every.unwrap_or(default.every),
             keep_last: self.knobs.keep_last.unwrap_or(default.keep_last),
             best: self.knobs.best.clone(),
-            every_epoch: self.knobs.every_epoch.unwrap_or(default.every_epoch),
+            background: !self.knobs.inline_saves,
         }
     }
     fn logger(&self) -> Logger {
