@@ -2,43 +2,14 @@
 //! (the `digits_mlp` example binary as a subprocess): 0 only when a command
 //! did what was asked, every refusal naming the field, the file or the fix.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
+#[path = "support/digits_bin.rs"]
+mod digits_bin;
+
+use std::path::Path;
+use std::process::Command;
+
+use digits_bin::{example, run};
 use std::time::{Duration, Instant};
-
-/// The example binary, (re)built first as in tests/cli.rs.
-fn example() -> &'static Path {
-    static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| {
-        let me = std::env::current_exe().expect("test exe path");
-        let profile_dir = me
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let exe = profile_dir
-            .join("examples")
-            .join(format!("digits_mlp{}", std::env::consts::EXE_SUFFIX));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut build = Command::new(cargo);
-        build.args(["build", "-p", "nitro-run", "--example", "digits_mlp"]);
-        if cfg!(feature = "cuda") {
-            build.args(["--features", "cuda"]);
-        }
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
-        }
-        assert!(build.status().expect("run cargo build").success());
-        exe
-    })
-}
-
-fn run(args: &[&str]) -> Output {
-    Command::new(example())
-        .args(args)
-        .output()
-        .expect("run the digits_mlp example")
-}
 
 /// Runs `args`, asserting the exit code; returns (stdout, stderr).
 fn exits(code: i32, args: &[&str]) -> (String, String) {
