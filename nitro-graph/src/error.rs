@@ -1,6 +1,6 @@
 //! Errors: at trace time (shapes, dtypes, misuse) and at call time (signatures).
 
-use crate::ir::{ShapeFmt, TensorSpec};
+use nitro_device::{ShapeFmt, TensorSpec};
 use thiserror::Error;
 
 /// Everything that can go wrong building, compiling or calling a program.

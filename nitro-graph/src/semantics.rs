@@ -1,7 +1,7 @@
 //! Scalar op semantics: the one table of what every elementwise primitive
 //! computes on one element, per register class.
 //!
-//! Constant folding ([`crate::passes::ConstantFold`]) evaluates through
+//! Constant folding (the `ConstantFold` pass) evaluates through
 //! [`Scalar`], the CPU fused kernels call the same scalar functions in their
 //! loops ([`float_unary`], [`int_binary`], ... dispatched with a constant
 //! op by [`each_float_unary!`](crate::each_float_unary) and friends, so each loop still inlines and

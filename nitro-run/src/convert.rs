@@ -120,7 +120,7 @@ pub(crate) fn to_array(field: &str, a: &Array) -> Result<Array> {
 /// A batch field loaded by the user (a [`nitro_data::HostArray`]) as a
 /// program input: floats and i32 as they are, u8 and bool widened to i32,
 /// i64 narrowed to i32 with a check naming the first value that does not
-/// fit. The inputs of [`crate::step_api`] programs and of a hand-built
+/// fit. The inputs of step-API programs and of a hand-built
 /// batch take this form.
 pub fn program_input(field: &str, a: &nitro_data::HostArray) -> Result<Array> {
     to_array(field, a)

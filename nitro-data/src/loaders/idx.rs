@@ -206,7 +206,7 @@ pub fn write_idx(path: impl AsRef<Path>, array: &HostArray) -> Result<(), LoadEr
 
 /// Read an MNIST-style pair (u8 images `[n, h, w]`, u8 labels `[n]`) into
 /// fields `image` (f32 in [0, 1], `[n, h, w]`) and `label` (i32, `[n]`),
-/// the same fields as [`crate::digits`].
+/// the same fields as the built-in digits dataset.
 pub fn read_idx_pair(
     images: impl AsRef<Path>,
     labels: impl AsRef<Path>,
