@@ -198,8 +198,9 @@ impl Store {
     }
 
     /// Records the checkpoints a store wrote that the manifest lacks (a
-    /// kill between a save's rename and its manifest write), so rotation
-    /// sees them.
+    /// kill between a save's rename and its manifest write) and finishes
+    /// that save's rotation, so kills in that window never pile up files
+    /// beyond the keep set plus the one being written.
     fn adopt_unrecorded(&mut self) -> Result<()> {
         let mut adopted = false;
         for stored in self.list()? {
@@ -212,7 +213,7 @@ impl Store {
             }
         }
         if adopted {
-            self.write_manifest()?;
+            self.rotate()?;
         }
         Ok(())
     }

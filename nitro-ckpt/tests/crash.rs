@@ -96,9 +96,11 @@ fn sigkill_during_saves_never_leaves_a_partial_checkpoint() {
                 .unwrap_or_else(|e| panic!("partial checkpoint taken: {e}"));
             assert_eq!(loaded, common::sample(c.step, FLOATS), "step {}", c.step);
         }
-        // Rotation bounds the directory: last 2, best 1, and at most one
-        // more from a kill between rename and rotation.
-        assert!(listed.len() <= 4, "{names:?}");
+        // Rotation bounds the directory: last 2 and best 1. A kill between
+        // a save's rename and its rotation leaves one more, which the next
+        // open adopts and rotates away, however many kills land there in a
+        // row.
+        assert!(listed.len() <= 3, "{names:?}");
         if let Some((stored, _)) = store.load_latest().unwrap() {
             assert!(Some(stored.step) >= last_step, "progress went backwards");
             last_step = Some(stored.step);

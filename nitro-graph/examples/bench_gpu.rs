@@ -68,7 +68,7 @@ fn bench_gemm(dev: &CudaDevice) -> BenchResult {
 }
 
 fn bench_step(dev: &CudaDevice, name: &str, model: &Chain, x: &[usize]) -> BenchResult {
-    let mut step = AdamStepGraph::trace(model, &model.init_params(0), x, 1e-3)?;
+    let mut step = AdamStepGraph::trace(model, &model.init_params(0)?, x, 1e-3)?;
     let last = step.args.len() - 1;
     step.args[last] = Array::scalar_f32(1.0); // the update count must be >= 1 for bias correction
     let compile = Instant::now();

@@ -39,9 +39,9 @@ fn time_runs(warmup: usize, runs: usize, mut f: impl FnMut()) -> Vec<f64> {
 }
 
 fn random_array(shape: &[usize], seed: u64) -> Array {
-    let mut rng = InitRng::new(seed);
-    let n = shape.iter().product();
-    Array::new(shape, rng.uniform_vec(n, 1.0)).expect("sizes match")
+    InitRng::new(seed)
+        .uniform_leaf("bench input", shape, 1.0)
+        .expect("bench inputs fit in memory")
 }
 
 fn bench_sgemm() {
@@ -75,8 +75,13 @@ fn labels(n: usize) -> Array {
 }
 
 fn bench_step(name: &str, model: Chain, x: &[usize], runs: usize) {
-    let mut step =
-        AdamStep::new(&model, model.init_params(0), x, 1e-3).expect("train step compiles");
+    let mut step = AdamStep::new(
+        &model,
+        model.init_params(0).expect("params fit in memory"),
+        x,
+        1e-3,
+    )
+    .expect("train step compiles");
     let (batch, y) = (random_array(x, 3), labels(x[0]));
     let ms = median(time_runs(5, runs, || {
         step.step(&batch, &y).expect("step runs");
@@ -95,7 +100,7 @@ fn bench_step(name: &str, model: Chain, x: &[usize], runs: usize) {
 
 fn bench_compile() {
     let model = mlp();
-    let params = model.init_params(0);
+    let params = model.init_params(0).expect("params fit in memory");
     let mut trace_ms = vec![];
     let mut compile_ms = vec![];
     for _ in 0..7 {
@@ -112,7 +117,7 @@ fn bench_compile() {
 }
 
 fn bench_predict(name: &str, model: Chain, x: &[usize], runs: usize) {
-    let params = model.init_params(0);
+    let params = model.init_params(0).expect("params fit in memory");
     let names: Vec<String> = params.keys().cloned().collect();
     let mut specs: Vec<(&str, TensorSpec)> = names
         .iter()

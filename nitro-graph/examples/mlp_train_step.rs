@@ -17,7 +17,7 @@ fn main() -> Result<(), GraphError> {
         .push(Dense::new(features, 64).with(Activation::Relu))
         .push(Dense::new(64, 64).with(Activation::Relu))
         .push(Dense::new(64, 10));
-    let mut step = AdamStep::new(&model, model.init_params(0), &[batch, features], 3e-3)?;
+    let mut step = AdamStep::new(&model, model.init_params(0)?, &[batch, features], 3e-3)?;
     let s = step.program().stats().clone();
     println!(
         "one program: {} nodes, {} kernels ({} fused), {} donated buffers updated in place, peak {} KiB, traced in {:.2} ms, compiled in {:.2} ms",

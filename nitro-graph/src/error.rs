@@ -83,6 +83,14 @@ pub enum GraphError {
         /// How to fix it.
         fix: String,
     },
+    /// An allocation the machine refused (or a size no machine has).
+    #[error("cannot allocate {what} ({size}): not enough memory; make the model smaller (a width, depth or vocabulary size)", size = fmt_bytes(*bytes))]
+    Alloc {
+        /// What was being allocated (`parameter \`0.weight\` f32[784, 100000000]`).
+        what: String,
+        /// The bytes asked for (saturating: a size past u128 reads as its max).
+        bytes: u128,
+    },
     /// A backend cannot run this program here.
     #[error("backend: {0}")]
     Backend(String),
@@ -117,6 +125,22 @@ fn fmt_shapes(shapes: &[Vec<usize>]) -> String {
         .map(|s| ShapeFmt(s).to_string())
         .collect::<Vec<_>>()
         .join(" and ")
+}
+
+/// `313.6 GB`: decimal units, as `df -H` and memory sizes on spec sheets.
+fn fmt_bytes(bytes: u128) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
 }
 
 fn fmt_hint(hint: &str) -> String {

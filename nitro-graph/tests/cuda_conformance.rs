@@ -191,7 +191,7 @@ fn adam_step_case(
     steps: usize,
     tol: f64,
 ) {
-    let params = model.init_params(1);
+    let params = model.init_params(1).unwrap();
     let build = || {
         let s = AdamStepGraph::trace(model, &params, x, 1e-2)?;
         Ok((s.graph, s.options))

@@ -39,6 +39,7 @@ fn gelu_ref(x: f64) -> f64 {
 /// Parameter names and shapes of `layer`, in tree order.
 fn param_shapes(layer: &dyn Layer) -> Vec<(String, Vec<usize>)> {
     init_parts(layer, 0)
+        .unwrap()
         .0
         .iter()
         .map(|(n, a)| (n.clone(), a.shape().to_vec()))
@@ -199,7 +200,7 @@ fn combinators_give_children_independent_keys_and_thread_state() {
         sum.apply(&tree(&shapes, &t[1..]), "", &t[0])
     });
     let chain = Chain::new().push(Dense::new(d, d)).push(BatchNorm::d1(d));
-    let (_, st) = init_parts(&chain, 0);
+    let (_, st) = init_parts(&chain, 0).unwrap();
     assert_eq!(
         st.keys().collect::<Vec<_>>(),
         ["1.running_mean", "1.running_var"]

@@ -87,11 +87,11 @@ impl nitro_run::Experiment for DigitsCnn {
             fc3: Dense::new(84, 10),
         };
         let mut params = Params::new();
-        model.conv1.init(rng, "conv1", &mut params);
-        model.conv2.init(rng, "conv2", &mut params);
-        model.fc1.init(rng, "fc1", &mut params);
-        model.fc2.init(rng, "fc2", &mut params);
-        model.fc3.init(rng, "fc3", &mut params);
+        model.conv1.init(rng, "conv1", &mut params)?;
+        model.conv2.init(rng, "conv2", &mut params)?;
+        model.fc1.init(rng, "fc1", &mut params)?;
+        model.fc2.init(rng, "fc2", &mut params)?;
+        model.fc3.init(rng, "fc3", &mut params)?;
         Ok(ModelParts {
             model,
             params,

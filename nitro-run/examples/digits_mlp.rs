@@ -87,7 +87,7 @@ impl nitro_run::Experiment for DigitsMlp {
             .push(Dense::new(784, *self.width).with(Activation::Relu))
             .push(Dense::new(*self.width, 10));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,

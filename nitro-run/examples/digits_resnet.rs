@@ -144,10 +144,10 @@ impl nitro_run::Experiment for DigitsResnet {
         // stroke is matters, and pooling it away learns far slower.
         let head = Dense::new(2 * c * 7 * 7, 10);
         let mut params = Params::new();
-        trunk.init(rng, "trunk", &mut params);
-        head.init(rng, "head", &mut params);
+        trunk.init(rng, "trunk", &mut params)?;
+        head.init(rng, "head", &mut params)?;
         let mut state = Params::new();
-        trunk.init_state("trunk", &mut state);
+        trunk.init_state("trunk", &mut state)?;
         Ok(ModelParts {
             model: ResNet { trunk, head },
             params,

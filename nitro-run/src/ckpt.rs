@@ -469,6 +469,7 @@ impl<E: Experiment> Nitro<E> {
             .map(|r| (r.step, r.values.clone()))
             .collect();
         self.progress.epoch_totals = totals;
+        self.progress.replay_stopper(self.e.early_stop());
         Ok(())
     }
 }

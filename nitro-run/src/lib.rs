@@ -42,7 +42,7 @@
 //!             .push(Dense::new(784, *self.width).with(Activation::Relu))
 //!             .push(Dense::new(*self.width, 10));
 //!         let mut params = Params::new();
-//!         model.init(rng, "", &mut params);
+//!         model.init(rng, "", &mut params)?;
 //!         Ok(ModelParts { model, params, state: Params::new() })
 //!     }
 //!     fn build_data(&self, _: Option<&nitro_run::Distributed>) -> Result<nitro_data::Splits, HookError> {

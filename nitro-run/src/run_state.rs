@@ -1,7 +1,10 @@
 //! Where a run is: the position (updates done, epoch, next batch), the
 //! per-epoch metric history, the running totals of the current epoch, the
 //! early stopper and a scripted stop. Position, history and totals are
-//! saved in every checkpoint and restored by resume.
+//! saved in every checkpoint and restored by resume; the stopper is not
+//! saved but replayed over the restored history (a stopper is a function of
+//! the metrics it has seen), so a resumed run stops when an uninterrupted
+//! one would.
 
 use std::collections::BTreeMap;
 
@@ -29,6 +32,9 @@ pub(crate) struct RunState {
     /// steps, as an uninterrupted one does.
     pub epoch_totals: Totals,
     pub stopper: Option<Box<dyn Stopper>>,
+    /// The stopper asked to stop after the last recorded epoch: the run is
+    /// finished, and resuming it trains nothing.
+    pub stopped_early: bool,
     /// Stop (checkpoint, return) once this many updates are done.
     pub stop_after: Option<u64>,
 }
@@ -41,7 +47,21 @@ impl RunState {
             history: vec![],
             epoch_totals: Totals::default(),
             stopper,
+            stopped_early: false,
             stop_after: None,
+        }
+    }
+
+    /// Installs `fresh` (the experiment's stopper, in its initial state)
+    /// and feeds it the recorded history, epoch by epoch, as the original
+    /// run did.
+    pub fn replay_stopper(&mut self, fresh: Option<Box<dyn Stopper>>) {
+        self.stopper = fresh;
+        self.stopped_early = false;
+        if let Some(s) = self.stopper.as_mut() {
+            for (epoch, metrics) in &self.history {
+                self.stopped_early = s.should_stop(*epoch, metrics);
+            }
         }
     }
 }

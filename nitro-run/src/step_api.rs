@@ -48,7 +48,7 @@
 //! use nitro_run::Optimizer;
 //!
 //! let chain = Chain::new().push(Dense::new(4, 8).with(Activation::Tanh)).push(Dense::new(8, 2));
-//! let params = chain.init_params(0);
+//! let params = chain.init_params(0).unwrap();
 //! let mut model = ModelAndParams::new(chain, params);
 //! let mut opt = OptState::new(Optimizer::adam(1e-2), &model);
 //! let loss = |m: &Chain, cx: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {

@@ -192,6 +192,27 @@ impl<E: Experiment> Nitro<E> {
                 reason: "is 0, but training needs at least one epoch: set it (or --max-epochs) to 1 or more".into(),
             });
         }
+        if self.progress.stopped_early {
+            // A resumed run that had stopped early is finished: training
+            // on would not be what the uninterrupted run did.
+            let display = self.display();
+            display.line(&format!(
+                "nitro: this run stopped early after epoch {}; nothing to train (change the stopper, or start a new run dir, to train on)",
+                self.progress.position.epoch
+            ));
+            display.finish();
+            return Ok(TrainReport {
+                early_stopped: true,
+                steps: self.progress.position.step,
+                metrics: self
+                    .progress
+                    .history
+                    .last()
+                    .map(|h| h.1.clone())
+                    .unwrap_or_default(),
+                ..TrainReport::default()
+            });
+        }
         interrupt::install();
         let started = Instant::now();
         let compiled = self.program(&self.train_kind())?;

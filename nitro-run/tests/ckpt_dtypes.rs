@@ -78,7 +78,7 @@ impl nitro_run::Experiment for EveryDtype {
     fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Dense>, HookError> {
         let model = Dense::new(4, 3);
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,

@@ -83,7 +83,7 @@ impl nitro_run::Experiment for Act {
             .push(Dense::new(4, 6).with(act))
             .push(Dense::new(6, 3));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,
@@ -252,7 +252,7 @@ fn resume_refuses_a_checkpoint_of_another_model_structure() {
 fn step_api_closures_capturing_different_values_do_not_share_a_program() {
     let _g = lock();
     let chain = || Chain::new().push(Dense::new(4, 2));
-    let params = chain().init_params(3);
+    let params = chain().init_params(3).unwrap();
     let x = Array::new(
         &[8, 4],
         (0..32).map(|i| (i as f32 * 0.3).sin()).collect::<Vec<_>>(),
@@ -297,7 +297,7 @@ impl nitro_run::Experiment for Derived {
     fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new().push(Dense::new(4, 3));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,
@@ -580,7 +580,7 @@ impl nitro_run::Experiment for Big {
     fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new().push(Dense::new(4, 3));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,
@@ -670,7 +670,7 @@ impl nitro_run::Experiment for Metrics {
     fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Chain>, HookError> {
         let model = Chain::new().push(Dense::new(4, 3));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,
@@ -765,7 +765,7 @@ fn step_api_programs_are_freed_with_their_model() {
                 .push(Dense::new(4, 2 + width))
                 .push(Dense::new(2 + width, 2))
         };
-        let mut model = ModelAndParams::new(chain(), chain().init_params(width as u64));
+        let mut model = ModelAndParams::new(chain(), chain().init_params(width as u64).unwrap());
         let mut opt = OptState::new(Optimizer::sgd(0.1), &model);
         trainstep(&loss, &mut model, &[x.clone(), y.clone()], &mut opt).unwrap();
         assert_eq!(
@@ -790,7 +790,7 @@ fn the_pileup_warning_reaches_the_user_with_advice_for_its_cause() {
     let x = Array::new(&[4, 4], vec![0.25f32; 16]).unwrap();
     let y = Array::new(&[4, 2], vec![0.5f32; 8]).unwrap();
     let chain = Chain::new().push(Dense::new(4, 2));
-    let params = chain.init_params(1);
+    let params = chain.init_params(1).unwrap();
     let mut model = ModelAndParams::new(chain, params);
     let mut opt = OptState::new(Optimizer::sgd(0.1), &model);
     for i in 0..10 {

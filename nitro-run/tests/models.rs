@@ -62,9 +62,9 @@ impl nitro_run::Experiment for Noisy {
             .push(Dropout::new(*self.rate))
             .push(Dense::new(8, 3));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
-            state: model.initial_state(),
+            state: model.initial_state()?,
             model,
             params,
         })
@@ -229,7 +229,7 @@ fn a_failing_build_model_reaches_the_user() {
 fn the_step_api_feeds_a_fresh_key_per_step_from_the_opt_state_seed() {
     let losses = |seed: u64| {
         let chain = Chain::new().push(Dropout::new(0.5)).push(Dense::new(4, 2));
-        let params = chain.init_params(0);
+        let params = chain.init_params(0).unwrap();
         let mut model = ModelAndParams::new(chain, params);
         let mut opt = OptState::new(Optimizer::sgd(0.0), &model).with_seed(seed);
         let loss = |m: &Chain, cx: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {

@@ -57,8 +57,8 @@ impl nitro_run::Experiment for TwoHead {
             .push(Dense::new(8, 3));
         let aux = Chain::new().push(Dense::new(4, 1));
         let mut params = Params::new();
-        decoder.init(rng, "decoder", &mut params);
-        aux.init(rng, "aux", &mut params);
+        decoder.init(rng, "decoder", &mut params)?;
+        aux.init(rng, "aux", &mut params)?;
         Ok(ModelParts {
             model: TwoModel { decoder, aux },
             params,

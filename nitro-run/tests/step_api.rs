@@ -24,7 +24,7 @@ fn model() -> ModelAndParams<Chain> {
     let chain = Chain::new()
         .push(Dense::new(4, 8).with(Activation::Tanh))
         .push(Dense::new(8, 2));
-    let params = chain.init_params(7);
+    let params = chain.init_params(7).unwrap();
     ModelAndParams::new(chain, params)
 }
 

@@ -159,6 +159,41 @@ fn early_stopping_on_a_planted_plateau() {
     assert_eq!(r.epochs, 3, "best at epoch 1, then two without improvement");
 }
 
+/// The stopper is not saved but replayed over the checkpoint's history:
+/// a run interrupted between its best epoch and its stop stops where the
+/// uninterrupted run did, and a finished (early-stopped) run resumed
+/// trains nothing.
+#[test]
+fn a_resumed_run_early_stops_where_the_uninterrupted_run_did() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let plateau = || {
+        let mut e = tiny(d.path());
+        e.epochs = 10;
+        e.knobs.optimizer = Some(Optimizer::sgd(1e-30));
+        e.knobs.val = 8;
+        e.knobs.stop_on = Some(("val_loss".into(), 2));
+        e
+    };
+    let mut first = Nitro::new(plateau()).unwrap();
+    first.stop_after(25); // mid-epoch 3 (10 updates per epoch): one bad epoch seen
+    assert!(first.train().unwrap().interrupted);
+    let mut resumed = Nitro::new(plateau()).unwrap();
+    assert!(resumed.resume().unwrap().is_some());
+    let r = resumed.train().unwrap();
+    assert!(r.early_stopped, "{r:?}");
+    assert_eq!(
+        resumed.step(),
+        30,
+        "stops after epoch 3, as the uninterrupted run"
+    );
+    let mut again = Nitro::new(plateau()).unwrap();
+    assert!(again.resume().unwrap().is_some());
+    let r = again.train().unwrap();
+    assert!(r.early_stopped && r.epochs == 0, "{r:?}");
+    assert_eq!(again.step(), 30);
+}
+
 #[test]
 fn an_unknown_monitored_metric_is_a_setup_error() {
     let d = tempfile::tempdir().unwrap();
@@ -505,5 +540,27 @@ fn checkpoint_cadences_save_what_they_say() {
             assert_eq!(again.step(), 40);
             assert_eq!(bits(&again), bits(&n), "{every:?}");
         }
+    }
+}
+
+/// A model too large for any machine (a mistyped width) is an error from
+/// setup naming the hook, the parameter and the bytes asked for, not an
+/// abort of the process.
+#[test]
+fn a_model_too_large_for_memory_is_a_named_error_not_an_abort() {
+    quiet();
+    let d = tempfile::tempdir().unwrap();
+    let mut e = tiny(d.path());
+    e.width = (1usize << 44).into(); // 0.weight f32[4, 2^44]: 281 TB
+    let err = Nitro::new(e).err().expect("the allocation is refused");
+    let msg = err.to_string();
+    for words in [
+        "build_model",
+        "`0.weight`",
+        "f32[4,17592186044416]",
+        "281.5 TB",
+        "smaller",
+    ] {
+        assert!(msg.contains(words), "{words:?} missing from: {msg}");
     }
 }

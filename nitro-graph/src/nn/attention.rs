@@ -12,7 +12,7 @@
 
 use super::ctx::Ctx;
 use super::init::InitRng;
-use super::layers::{array, param, path, Activation, Dense, Dropout, Layer, LayerNorm, Params};
+use super::layers::{param, path, Activation, Dense, Dropout, Layer, LayerNorm, Params};
 use super::ops::softmax;
 use crate::error::GraphError;
 use crate::exec::Array;
@@ -168,9 +168,14 @@ impl MultiHeadAttention {
 }
 
 impl Layer for MultiHeadAttention {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        self.qkv().init(rng, &path(prefix, "qkv"), params);
-        self.out().init(rng, &path(prefix, "out"), params);
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
+        self.qkv().init(rng, &path(prefix, "qkv"), params)?;
+        self.out().init(rng, &path(prefix, "out"), params)
     }
 
     fn forward(
@@ -263,13 +268,18 @@ impl TransformerBlock {
 }
 
 impl Layer for TransformerBlock {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
         let at = |name: &str| path(prefix, name);
-        self.norm().init(rng, &at("ln1"), params);
-        self.attn.init(rng, &at("attn"), params);
-        self.norm().init(rng, &at("ln2"), params);
-        Dense::new(self.attn.dim, self.hidden).init(rng, &at("fc"), params);
-        Dense::new(self.hidden, self.attn.dim).init(rng, &at("proj"), params);
+        self.norm().init(rng, &at("ln1"), params)?;
+        self.attn.init(rng, &at("attn"), params)?;
+        self.norm().init(rng, &at("ln2"), params)?;
+        Dense::new(self.attn.dim, self.hidden).init(rng, &at("fc"), params)?;
+        Dense::new(self.hidden, self.attn.dim).init(rng, &at("proj"), params)
     }
 
     fn forward(
@@ -295,14 +305,18 @@ pub struct PositionalEmbedding {
 }
 
 impl Layer for PositionalEmbedding {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        let table = (0..self.context * self.dim)
-            .map(|_| rng.normal() as f32 * 0.02)
-            .collect();
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
+        let t = path(prefix, "table");
         params.insert(
-            path(prefix, "table"),
-            array(&[self.context, self.dim], table),
+            t.clone(),
+            rng.normal_leaf(&t, &[self.context, self.dim], 0.02)?,
         );
+        Ok(())
     }
 
     fn forward(
@@ -347,7 +361,9 @@ pub struct TiedProjection {
 }
 
 impl Layer for TiedProjection {
-    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
+    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) -> Result<(), GraphError> {
+        Ok(())
+    }
 
     fn forward(
         &self,

@@ -30,30 +30,38 @@ impl Chain {
         self
     }
 
-    /// Initial parameters from `seed`.
-    pub fn init_params(&self, seed: u64) -> Params<Array> {
-        init_parts(self, seed).0
+    /// Initial parameters from `seed` (an error only when a leaf cannot be
+    /// allocated).
+    pub fn init_params(&self, seed: u64) -> Result<Params<Array>, GraphError> {
+        Ok(init_parts(self, seed)?.0)
     }
 
     /// Initial state (running statistics; empty for stateless layers).
-    pub fn initial_state(&self) -> Params<Array> {
+    pub fn initial_state(&self) -> Result<Params<Array>, GraphError> {
         let mut state = Params::new();
-        Layer::init_state(self, "", &mut state);
-        state
+        Layer::init_state(self, "", &mut state)?;
+        Ok(state)
     }
 }
 
 impl Layer for Chain {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
         for (i, layer) in self.0.iter().enumerate() {
-            layer.init(rng, &path(prefix, &i.to_string()), params);
+            layer.init(rng, &path(prefix, &i.to_string()), params)?;
         }
+        Ok(())
     }
 
-    fn init_state(&self, prefix: &str, state: &mut Params<Array>) {
+    fn init_state(&self, prefix: &str, state: &mut Params<Array>) -> Result<(), GraphError> {
         for (i, layer) in self.0.iter().enumerate() {
-            layer.init_state(&path(prefix, &i.to_string()), state);
+            layer.init_state(&path(prefix, &i.to_string()), state)?;
         }
+        Ok(())
     }
 
     fn forward(
@@ -98,18 +106,25 @@ impl Residual {
 }
 
 impl Layer for Residual {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        self.body.init(rng, prefix, params);
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
+        self.body.init(rng, prefix, params)?;
         if let Some(s) = &self.shortcut {
-            s.init(rng, &path(prefix, "shortcut"), params);
+            s.init(rng, &path(prefix, "shortcut"), params)?;
         }
+        Ok(())
     }
 
-    fn init_state(&self, prefix: &str, state: &mut Params<Array>) {
-        self.body.init_state(prefix, state);
+    fn init_state(&self, prefix: &str, state: &mut Params<Array>) -> Result<(), GraphError> {
+        self.body.init_state(prefix, state)?;
         if let Some(s) = &self.shortcut {
-            s.init_state(&path(prefix, "shortcut"), state);
+            s.init_state(&path(prefix, "shortcut"), state)?;
         }
+        Ok(())
     }
 
     fn forward(
@@ -177,16 +192,23 @@ impl Parallel {
 }
 
 impl Layer for Parallel {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
         for (i, layer) in self.branches.iter().enumerate() {
-            layer.init(rng, &path(prefix, &i.to_string()), params);
+            layer.init(rng, &path(prefix, &i.to_string()), params)?;
         }
+        Ok(())
     }
 
-    fn init_state(&self, prefix: &str, state: &mut Params<Array>) {
+    fn init_state(&self, prefix: &str, state: &mut Params<Array>) -> Result<(), GraphError> {
         for (i, layer) in self.branches.iter().enumerate() {
-            layer.init_state(&path(prefix, &i.to_string()), state);
+            layer.init_state(&path(prefix, &i.to_string()), state)?;
         }
+        Ok(())
     }
 
     fn forward(

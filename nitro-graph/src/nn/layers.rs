@@ -13,7 +13,7 @@
 pub use super::combinators::{Chain, Parallel, Residual};
 use super::conv::{conv2d, max_pool2d};
 use super::ctx::{Ctx, Mode};
-use super::init::InitRng;
+use super::init::{constant_leaf, InitRng};
 use super::ops::{dropout, gelu, gelu_erf, mean, relu, var};
 use crate::error::GraphError;
 use crate::exec::Array;
@@ -25,12 +25,19 @@ pub type Params<T> = BTreeMap<String, T>;
 
 /// A layer: initialises parameters (and state), applies to traced inputs.
 pub trait Layer: Send + Sync {
-    /// Write initial parameters under `prefix`.
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>);
+    /// Write initial parameters under `prefix`. Fails only when a leaf
+    /// cannot be allocated ([`GraphError::Alloc`], naming it).
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError>;
 
     /// Write initial state under `prefix` (most layers have none).
-    fn init_state(&self, prefix: &str, state: &mut Params<Array>) {
+    fn init_state(&self, prefix: &str, state: &mut Params<Array>) -> Result<(), GraphError> {
         let _ = (prefix, state);
+        Ok(())
     }
 
     /// Apply to `x` in context `cx`, reading parameters and state under
@@ -53,12 +60,15 @@ pub trait Layer: Send + Sync {
 }
 
 /// A layer's initial parameters and state from `seed`.
-pub fn init_parts(layer: &dyn Layer, seed: u64) -> (Params<Array>, Params<Array>) {
+pub fn init_parts(
+    layer: &dyn Layer,
+    seed: u64,
+) -> Result<(Params<Array>, Params<Array>), GraphError> {
     let mut params = Params::new();
-    layer.init(&mut InitRng::new(seed), "", &mut params);
+    layer.init(&mut InitRng::new(seed), "", &mut params)?;
     let mut state = Params::new();
-    layer.init_state("", &mut state);
-    (params, state)
+    layer.init_state("", &mut state)?;
+    Ok((params, state))
 }
 
 /// `prefix.name` (or `name` at the root).
@@ -98,10 +108,6 @@ pub(crate) fn entry(
 }
 
 /// An f32 array of a shape its data matches.
-pub(crate) fn array(shape: &[usize], data: Vec<f32>) -> Array {
-    Array::new(shape, data).expect("initialiser sizes match their shapes")
-}
-
 /// Elementwise activations usable as layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
@@ -131,7 +137,9 @@ impl Activation {
 }
 
 impl Layer for Activation {
-    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
+    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) -> Result<(), GraphError> {
+        Ok(())
+    }
     fn forward(
         &self,
         _: &Ctx,
@@ -182,16 +190,21 @@ impl Dense {
 }
 
 impl Layer for Dense {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
         let limit = (6.0 / (self.input + self.output) as f64).sqrt();
-        let w = rng.uniform_vec(self.input * self.output, limit);
-        params.insert(path(prefix, "weight"), array(&[self.input, self.output], w));
+        let w = path(prefix, "weight");
+        let leaf = rng.uniform_leaf(&w, &[self.input, self.output], limit)?;
+        params.insert(w, leaf);
         if self.bias {
-            params.insert(
-                path(prefix, "bias"),
-                array(&[self.output], vec![0.0; self.output]),
-            );
+            let b = path(prefix, "bias");
+            params.insert(b.clone(), constant_leaf(&b, &[self.output], 0.0)?);
         }
+        Ok(())
     }
 
     fn forward(
@@ -243,18 +256,19 @@ pub struct Conv2d {
 }
 
 impl Layer for Conv2d {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
         let fan_in = self.input * self.kernel * self.kernel;
         let limit = (6.0 / fan_in as f64).sqrt();
         let shape = [self.output, self.input, self.kernel, self.kernel];
-        params.insert(
-            path(prefix, "weight"),
-            array(&shape, rng.uniform_vec(shape.iter().product(), limit)),
-        );
-        params.insert(
-            path(prefix, "bias"),
-            array(&[self.output], vec![0.0; self.output]),
-        );
+        let (w, b) = (path(prefix, "weight"), path(prefix, "bias"));
+        params.insert(w.clone(), rng.uniform_leaf(&w, &shape, limit)?);
+        params.insert(b.clone(), constant_leaf(&b, &[self.output], 0.0)?);
+        Ok(())
     }
 
     fn forward(
@@ -276,7 +290,9 @@ impl Layer for Conv2d {
 pub struct MaxPool2d(pub usize);
 
 impl Layer for MaxPool2d {
-    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
+    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) -> Result<(), GraphError> {
+        Ok(())
+    }
     fn forward(
         &self,
         _: &Ctx,
@@ -294,7 +310,9 @@ impl Layer for MaxPool2d {
 pub struct Flatten;
 
 impl Layer for Flatten {
-    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
+    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) -> Result<(), GraphError> {
+        Ok(())
+    }
     fn forward(
         &self,
         _: &Ctx,
@@ -318,15 +336,16 @@ pub struct LayerNorm {
 }
 
 impl Layer for LayerNorm {
-    fn init(&self, _: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        params.insert(
-            path(prefix, "scale"),
-            array(&[self.dim], vec![1.0; self.dim]),
-        );
-        params.insert(
-            path(prefix, "shift"),
-            array(&[self.dim], vec![0.0; self.dim]),
-        );
+    fn init(
+        &self,
+        _: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
+        let (scale, shift) = (path(prefix, "scale"), path(prefix, "shift"));
+        params.insert(scale.clone(), constant_leaf(&scale, &[self.dim], 1.0)?);
+        params.insert(shift.clone(), constant_leaf(&shift, &[self.dim], 0.0)?);
+        Ok(())
     }
 
     fn forward(
@@ -360,11 +379,18 @@ pub struct Embedding {
 }
 
 impl Layer for Embedding {
-    fn init(&self, rng: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        let table = (0..self.vocab * self.dim)
-            .map(|_| rng.normal() as f32 * 0.02)
-            .collect();
-        params.insert(path(prefix, "table"), array(&[self.vocab, self.dim], table));
+    fn init(
+        &self,
+        rng: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
+        let t = path(prefix, "table");
+        params.insert(
+            t.clone(),
+            rng.normal_leaf(&t, &[self.vocab, self.dim], 0.02)?,
+        );
+        Ok(())
     }
 
     fn forward(
@@ -399,7 +425,9 @@ impl Dropout {
 }
 
 impl Layer for Dropout {
-    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) {}
+    fn init(&self, _: &mut InitRng, _: &str, _: &mut Params<Array>) -> Result<(), GraphError> {
+        Ok(())
+    }
 
     fn forward(
         &self,

@@ -17,8 +17,8 @@
 //! enter the statistics and change every real row's output.
 
 use super::ctx::{Ctx, Mode};
-use super::init::InitRng;
-use super::layers::{array, entry, param, path, Layer, Params};
+use super::init::{constant_leaf, InitRng};
+use super::layers::{entry, param, path, Layer, Params};
 use super::ops::mean;
 use crate::error::GraphError;
 use crate::exec::Array;
@@ -76,16 +76,25 @@ impl BatchNorm {
 }
 
 impl Layer for BatchNorm {
-    fn init(&self, _: &mut InitRng, prefix: &str, params: &mut Params<Array>) {
-        let c = self.features;
-        params.insert(path(prefix, "weight"), array(&[c], vec![1.0; c]));
-        params.insert(path(prefix, "bias"), array(&[c], vec![0.0; c]));
+    fn init(
+        &self,
+        _: &mut InitRng,
+        prefix: &str,
+        params: &mut Params<Array>,
+    ) -> Result<(), GraphError> {
+        for (name, value) in [("weight", 1.0), ("bias", 0.0)] {
+            let p = path(prefix, name);
+            params.insert(p.clone(), constant_leaf(&p, &[self.features], value)?);
+        }
+        Ok(())
     }
 
-    fn init_state(&self, prefix: &str, state: &mut Params<Array>) {
-        let c = self.features;
-        state.insert(path(prefix, "running_mean"), array(&[c], vec![0.0; c]));
-        state.insert(path(prefix, "running_var"), array(&[c], vec![1.0; c]));
+    fn init_state(&self, prefix: &str, state: &mut Params<Array>) -> Result<(), GraphError> {
+        for (name, value) in [("running_mean", 0.0), ("running_var", 1.0)] {
+            let p = path(prefix, name);
+            state.insert(p.clone(), constant_leaf(&p, &[self.features], value)?);
+        }
+        Ok(())
     }
 
     fn forward(

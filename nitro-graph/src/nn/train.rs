@@ -8,7 +8,7 @@
 //! use nitro_graph::nn::train::AdamStep;
 //! use nitro_graph::Array;
 //! let model = Chain::new().push(Dense::new(4, 8).with(Activation::Tanh)).push(Dense::new(8, 2));
-//! let mut step = AdamStep::new(&model, model.init_params(0), &[16, 4], 1e-2)?;
+//! let mut step = AdamStep::new(&model, model.init_params(0)?, &[16, 4], 1e-2)?;
 //! let x = Array::new(&[16, 4], vec![0.5f32; 64])?;
 //! let y = Array::new(&[16], vec![1i32; 16])?;
 //! let first = step.step(&x, &y)?;

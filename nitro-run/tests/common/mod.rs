@@ -102,7 +102,7 @@ impl nitro_run::Experiment for Tiny {
             .push(Dense::new(4, *self.width).with(Activation::Tanh))
             .push(Dense::new(*self.width, 3));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,
