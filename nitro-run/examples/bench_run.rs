@@ -226,7 +226,7 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
     let _ = std::fs::remove_dir_all(&dir);
     if n.distributed().is_root() {
         println!(
-            "{{"samples_per_s":{:.1},"all_reduce_share":{:.4},"world":{}}}",
+            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"world\":{}}}",
             median(rates),
             median(shares),
             n.distributed().world_size()
@@ -248,16 +248,25 @@ fn loadavg() -> String {
 fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     use std::process::Command;
     if !cfg!(feature = "mpi") || Command::new("mpirun").arg("--version").output().is_err() {
-        println!("{{\"bench\":\"ddp_throughput\",\"skipped\":\"needs --features mpi and mpirun\"}}");
+        println!(
+            "{{\"bench\":\"ddp_throughput\",\"skipped\":\"needs --features mpi and mpirun\"}}"
+        );
         return Ok(());
     }
     let exe = std::env::current_exe()?;
     let figures = |out: std::process::Output| -> Result<(f64, f64), Box<dyn std::error::Error>> {
         if !out.status.success() {
-            return Err(format!("ddp worker failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+            return Err(format!(
+                "ddp worker failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
         }
         let text = String::from_utf8_lossy(&out.stdout);
-        let line = text.lines().find(|l| l.contains("samples_per_s")).ok_or("no worker line")?;
+        let line = text
+            .lines()
+            .find(|l| l.contains("samples_per_s"))
+            .ok_or("no worker line")?;
         let v: serde_json::Value = serde_json::from_str(line)?;
         Ok((
             v["samples_per_s"].as_f64().ok_or("samples_per_s")?,
@@ -273,7 +282,14 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .output()?;
         one.push(figures(out)?.0);
         let out = Command::new("mpirun")
-            .args(["--allow-run-as-root", "--oversubscribe", "-n", "2", "-x", "RAYON_NUM_THREADS"])
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                "2",
+                "-x",
+                "RAYON_NUM_THREADS",
+            ])
             .arg(&exe)
             .arg("ddp_worker")
             .env("RAYON_NUM_THREADS", "1")

@@ -334,7 +334,9 @@ impl<E: Experiment> Nitro<E> {
         let chosen: Result<Option<(PathBuf, Checkpoint)>> = if self.dist.is_root() {
             if self.frozen.run.run_dir.exists() {
                 self.open_store().and_then(|store| {
-                    Ok(store.load_latest()?.map(|(stored, ckpt)| (stored.path, ckpt)))
+                    Ok(store
+                        .load_latest()?
+                        .map(|(stored, ckpt)| (stored.path, ckpt)))
                 })
             } else {
                 Ok(None)

@@ -61,7 +61,11 @@ impl Communicator for Timed {
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         r
     }
-    fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> std::result::Result<(), CollectiveError> {
+    fn broadcast(
+        &self,
+        buf: &mut HostBuffer,
+        root: usize,
+    ) -> std::result::Result<(), CollectiveError> {
         self.inner.broadcast(buf, root)
     }
     fn barrier(&self) -> std::result::Result<(), CollectiveError> {
@@ -253,18 +257,14 @@ impl Distributed {
             return Ok(text.to_string());
         }
         let mut len = HostBuffer::I64(vec![text.len() as i64]);
-        self.group
-            .broadcast(&mut len, 0)
-            .map_err(collective(op))?;
+        self.group.broadcast(&mut len, 0).map_err(collective(op))?;
         let HostBuffer::I64(len) = len else {
             unreachable!("a collective keeps the dtype")
         };
         let mut bytes = text.as_bytes().to_vec();
         bytes.resize(len[0].max(0) as usize, 0);
         let mut buf = HostBuffer::U8(bytes);
-        self.group
-            .broadcast(&mut buf, 0)
-            .map_err(collective(op))?;
+        self.group.broadcast(&mut buf, 0).map_err(collective(op))?;
         let HostBuffer::U8(bytes) = buf else {
             unreachable!("a collective keeps the dtype")
         };

@@ -36,8 +36,8 @@
 //! written on the host (`set_device`, a schedule) marks the resident Device
 //! values dirty and they are uploaded before the next call.
 
-use nitro_device::DeviceError;
 use nitro_device::collective::Communicator;
+use nitro_device::DeviceError;
 use nitro_graph::{Array, Device, Executable, GraphError, Runtime, Value};
 
 use crate::error::{Result, RunError};

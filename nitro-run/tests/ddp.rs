@@ -10,6 +10,8 @@
 //! resumed 2-rank job ends bit-identical to an uninterrupted one; and a
 //! resume with another world size is refused naming both sizes.
 
+// Only `example()` is used here.
+#[allow(dead_code)]
 #[path = "support/digits_bin.rs"]
 mod digits_bin;
 
@@ -36,14 +38,24 @@ fn mpi_ready() -> bool {
 /// `mpirun -n 2` of `exe args`, one thread per rank, as root if need be.
 fn mpirun(n: usize, exe: &Path, args: &[&str]) -> Command {
     let mut c = Command::new("mpirun");
-    c.args(["--allow-run-as-root", "--oversubscribe", "-n", &n.to_string()])
-        .args(["-x", "NITRO_COLLECTIVE_TIMEOUT_S", "-x", "RAYON_NUM_THREADS"])
-        .arg(exe)
-        .args(args)
-        .env("NITRO_COLLECTIVE_TIMEOUT_S", "4")
-        .env("RAYON_NUM_THREADS", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "-n",
+        &n.to_string(),
+    ])
+    .args([
+        "-x",
+        "NITRO_COLLECTIVE_TIMEOUT_S",
+        "-x",
+        "RAYON_NUM_THREADS",
+    ])
+    .arg(exe)
+    .args(args)
+    .env("NITRO_COLLECTIVE_TIMEOUT_S", "4")
+    .env("RAYON_NUM_THREADS", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     c
 }
 
@@ -71,7 +83,10 @@ fn checked(what: &str, out: Output) -> Output {
 }
 
 fn ranks_exe() -> PathBuf {
-    PathBuf::from(option_env!("CARGO_BIN_EXE_ddp_ranks").expect("the mpi feature builds ddp_ranks"))
+    // Built for this test with the `mpi` feature (checked by `mpi_ready`).
+    let exe: Option<&str> = option_env!("CARGO_BIN_EXE_ddp_ranks");
+    exe.map(PathBuf::from)
+        .unwrap_or_else(|| panic!("the mpi feature builds ddp_ranks"))
 }
 
 /// `step -> tensor -> values` from a `ddp_ranks` report (and its val lines).
@@ -119,13 +134,18 @@ fn check_against_one_process(dtype: &str, tol: f64) {
     let d1 = one.path().to_str().unwrap();
     checked(
         "mpirun -n 2 ddp_ranks",
-        mpirun(2, &exe, &["steps", d2, dtype, "16", steps]).output().unwrap(),
+        mpirun(2, &exe, &["steps", d2, dtype, "16", steps])
+            .output()
+            .unwrap(),
     );
     checked(
         "ddp_ranks alone",
-        alone(&exe, &["steps", d1, dtype, "32", steps]).output().unwrap(),
+        alone(&exe, &["steps", d1, dtype, "32", steps])
+            .output()
+            .unwrap(),
     );
-    let read = |dir: &Path, r: usize| std::fs::read_to_string(dir.join(format!("rank{r}.txt"))).unwrap();
+    let read =
+        |dir: &Path, r: usize| std::fs::read_to_string(dir.join(format!("rank{r}.txt"))).unwrap();
     let (r0, r1) = (read(two.path(), 0), read(two.path(), 1));
     assert!(r0.starts_with("world 2 (rank 0, local 0, mpi)"), "{r0:.80}");
     assert!(r1.starts_with("world 2 (rank 1, local 1, mpi)"), "{r1:.80}");
@@ -238,11 +258,15 @@ fn rank_pid(mpirun: &Child, rank: usize) -> Option<u32> {
 /// signal to its end.
 fn signal_rank_one(dir: &Path, signal: &str) -> (Output, Duration) {
     let d = dir.to_str().unwrap();
-    let child = mpirun(2, digits_bin::example(), &digits_args(d, "batch=32", "train"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = mpirun(
+        2,
+        digits_bin::example(),
+        &digits_args(d, "batch=32", "train"),
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let started = Instant::now();
     let has_ckpt = || {
         std::fs::read_dir(dir).is_ok_and(|mut it| {
@@ -255,7 +279,10 @@ fn signal_rank_one(dir: &Path, signal: &str) -> (Output, Duration) {
         })
     };
     while !has_ckpt() {
-        assert!(started.elapsed() < Duration::from_secs(300), "no checkpoint appeared");
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no checkpoint appeared"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let pid = rank_pid(&child, 1).expect("rank 1 is a child of mpirun");
@@ -303,9 +330,13 @@ fn the_digits_example_on_two_ranks_reaches_the_one_process_accuracy() {
     let (d2, d1) = (two.path().to_str().unwrap(), one.path().to_str().unwrap());
     let out2 = checked(
         "digits_mlp on 2 ranks",
-        mpirun(2, digits_bin::example(), &digits_args(d2, "batch=32", "train"))
-            .output()
-            .unwrap(),
+        mpirun(
+            2,
+            digits_bin::example(),
+            &digits_args(d2, "batch=32", "train"),
+        )
+        .output()
+        .unwrap(),
     );
     let out1 = checked(
         "digits_mlp alone",
@@ -323,7 +354,9 @@ fn the_digits_example_on_two_ranks_reaches_the_one_process_accuracy() {
     // show-config names the world the launcher announced, joining nothing.
     let shown = checked(
         "show-config on 2 ranks",
-        mpirun(2, digits_bin::example(), &["show-config"]).output().unwrap(),
+        mpirun(2, digits_bin::example(), &["show-config"])
+            .output()
+            .unwrap(),
     );
     let shown = String::from_utf8_lossy(&shown.stdout);
     assert!(
@@ -367,7 +400,10 @@ fn a_killed_rank_ends_the_job_and_a_resumed_job_is_bit_identical() {
     let (out, took) = signal_rank_one(cut.path(), "-KILL");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the job must fail:\n{stderr}");
-    assert!(took < FAULT_BOUND, "took {took:?} after the kill:\n{stderr}");
+    assert!(
+        took < FAULT_BOUND,
+        "took {took:?} after the kill:\n{stderr}"
+    );
     assert!(
         stderr.contains("process rank 1") || stderr.contains("lost rank 1"),
         "rank 1 was not named:\n{stderr}"
@@ -377,9 +413,13 @@ fn a_killed_rank_ends_the_job_and_a_resumed_job_is_bit_identical() {
     let c = cut.path().to_str().unwrap();
     let resumed = checked(
         "2-rank resume",
-        mpirun(2, digits_bin::example(), &digits_args(c, "batch=32", "resume"))
-            .output()
-            .unwrap(),
+        mpirun(
+            2,
+            digits_bin::example(),
+            &digits_args(c, "batch=32", "resume"),
+        )
+        .output()
+        .unwrap(),
     );
     assert!(
         String::from_utf8_lossy(&resumed.stderr).contains("resumed from"),
@@ -415,7 +455,10 @@ fn a_hung_rank_is_named_by_the_survivor_within_30_s() {
     let (out, took) = signal_rank_one(dir.path(), "-STOP");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the job must fail:\n{stderr}");
-    assert!(took < FAULT_BOUND, "took {took:?} after the hang:\n{stderr}");
+    assert!(
+        took < FAULT_BOUND,
+        "took {took:?} after the hang:\n{stderr}"
+    );
     assert!(
         stderr.contains("rank 0:") && stderr.contains("lost rank 1"),
         "rank 0 did not name the hung rank 1:\n{stderr}"

@@ -25,10 +25,13 @@ pub fn example() -> &'static Path {
         build.args(["build", "-p", "nitro-run", "--example", "digits_mlp"]);
         // The binary gets this test's features (with `cuda`, `--device cuda`
         // runs; with `mpi`, it runs data-parallel under mpirun).
-        let features: Vec<&str> = [("cuda", cfg!(feature = "cuda")), ("mpi", cfg!(feature = "mpi"))]
-            .into_iter()
-            .filter_map(|(f, on)| on.then_some(f))
-            .collect();
+        let features: Vec<&str> = [
+            ("cuda", cfg!(feature = "cuda")),
+            ("mpi", cfg!(feature = "mpi")),
+        ]
+        .into_iter()
+        .filter_map(|(f, on)| on.then_some(f))
+        .collect();
         if !features.is_empty() {
             build.args(["--features", &features.join(",")]);
         }
