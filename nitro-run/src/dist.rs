@@ -243,6 +243,19 @@ impl Distributed {
         Ok(())
     }
 
+    /// Whether `flag` is set on any rank: a Ctrl-C reaches the ranks at
+    /// different steps, and all must stop after the same one (else the
+    /// others wait in an all-reduce the stopped one never joins). One
+    /// 8-byte reduction per update in a data-parallel job; free alone.
+    pub(crate) fn any(&self, op: &'static str, flag: bool) -> Result<bool> {
+        if self.world_size() == 1 {
+            return Ok(flag);
+        }
+        let mut v = [f64::from(u8::from(flag))];
+        self.sum_f64(op, &mut v)?;
+        Ok(v[0] > 0.0)
+    }
+
     /// Waits for every rank.
     pub(crate) fn barrier(&self, op: &'static str) -> Result<()> {
         if self.world_size() == 1 {

@@ -348,7 +348,7 @@ impl<E: Experiment> Nitro<E> {
                 self.progress.position.step += 1;
                 self.progress.position.batch += window;
                 display.step(self.progress.position.step, epoch, loss);
-                let stop_now = interrupt::take_request()
+                let stop_now = self.dist.any("interrupt", interrupt::take_request())?
                     || self.progress.stop_after == Some(self.progress.position.step);
                 if stop_now || ckpts.due_after_step(self.progress.position.step) {
                     // The rows first: a checkpoint never knows rows the
