@@ -59,7 +59,7 @@ impl nitro_run::Experiment for DdpMlp {
             .push(Dense::new(784, 24).with(Activation::Relu))
             .push(Dense::new(24, 10));
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         if self.f64_params {
             params = params
                 .into_iter()
