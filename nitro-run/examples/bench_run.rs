@@ -1,7 +1,9 @@
 //! nitro-run benchmarks, one JSON object per line on stdout (format in
 //! BENCH.md); progress on stderr. `cargo run --release -p nitro-run
 //! --example bench_run [NAME...]` runs `predict_overhead`, `mlp_predict` and
-//! `digits_mlp_e2e` (or only those named). The graph-level benches
+//! `digits_mlp_e2e` and `ddp_throughput` (or only those named;
+//! `ddp_throughput` needs `--features mpi` and `mpirun`, which
+//! `cargo xtask bench` passes where MPI is installed). The graph-level benches
 //! (`mlp_train_step`, `cnn_train_step`, ...) live in nitro-graph's bench.
 
 use std::time::Instant;
@@ -195,15 +197,131 @@ fn digits_mlp_e2e() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// The digits example's training loop (784-256-10, micro-batch 128, one
+/// epoch of 20k), timed after a warm-up call that compiles: samples/s over
+/// the loop (checkpoint and validation excluded) and the share of it spent
+/// in the gradient all-reduce. One JSON object on rank 0's stdout.
+fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
+    let config = |e: &mut BenchMlp| {
+        (e.width, e.layers, e.batch, e.n_train, e.epochs) = (256.into(), 1.into(), 128, 20_000, 1);
+    };
+    let mut e = BenchMlp::defaults();
+    config(&mut e);
+    let mut n = Nitro::new(e)?;
+    let dir = n.run_values().run_dir.clone();
+    n.train()?;
+    let (mut rates, mut shares) = (vec![], vec![]);
+    for _ in 0..3 {
+        let mut e = BenchMlp::defaults();
+        config(&mut e);
+        let mut n = Nitro::with_data(e, n.data())?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = n.train()?;
+        let wall = (r.wall_time - r.checkpoint_time - r.eval_time).as_secs_f64();
+        let run = n.run_values();
+        let samples = r.steps as f64 * (run.batch_size * run.accum * run.world_size) as f64;
+        rates.push(samples / wall);
+        shares.push(r.all_reduce_time.as_secs_f64() / wall);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    if n.distributed().is_root() {
+        println!(
+            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"world\":{}}}",
+            median(rates),
+            median(shares),
+            n.distributed().world_size()
+        );
+    }
+    Ok(())
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "null".into())
+}
+
+/// `ddp_throughput`: the worker as 2 ranks x 1 thread (`mpirun -n 2`)
+/// against 1 rank x 1 thread, alternated twice; the samples/s ratio (2 is
+/// perfect scaling) and the 2-rank all-reduce share.
+fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
+    use std::process::Command;
+    if !cfg!(feature = "mpi") || Command::new("mpirun").arg("--version").output().is_err() {
+        println!(
+            "{{\"bench\":\"ddp_throughput\",\"skipped\":\"needs --features mpi and mpirun\"}}"
+        );
+        return Ok(());
+    }
+    let exe = std::env::current_exe()?;
+    let figures = |out: std::process::Output| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+        if !out.status.success() {
+            return Err(format!(
+                "ddp worker failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.contains("samples_per_s"))
+            .ok_or("no worker line")?;
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        Ok((
+            v["samples_per_s"].as_f64().ok_or("samples_per_s")?,
+            v["all_reduce_share"].as_f64().ok_or("all_reduce_share")?,
+        ))
+    };
+    let load_before = loadavg();
+    let (mut one, mut two, mut share) = (vec![], vec![], vec![]);
+    for _ in 0..2 {
+        let out = Command::new(&exe)
+            .arg("ddp_worker")
+            .env("RAYON_NUM_THREADS", "1")
+            .output()?;
+        one.push(figures(out)?.0);
+        let out = Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "-n",
+                "2",
+                "-x",
+                "RAYON_NUM_THREADS",
+            ])
+            .arg(&exe)
+            .arg("ddp_worker")
+            .env("RAYON_NUM_THREADS", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .output()?;
+        let (rate, s) = figures(out)?;
+        two.push(rate);
+        share.push(s);
+    }
+    let (one, two, share) = (median(one), median(two), median(share));
+    println!(
+        "{{\"bench\":\"ddp_throughput\",\"ratio\":{:.3},\"samples_per_s_2x1\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"all_reduce_share\":{share:.4},\"threads\":1,\"ranks\":2,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio = 2-rank samples/s over 1-rank samples/s (goal >= 1.8); median of 2 alternated runs, each the median of 3\"}}",
+        two / one,
+        loadavg()
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     nitro_run::set_config_report(false);
     let names: Vec<String> = std::env::args().skip(1).collect();
+    if names.first().is_some_and(|n| n == "ddp_worker") {
+        return ddp_worker();
+    }
     let want = |n: &str| names.is_empty() || names.iter().any(|a| a == n);
     type Bench = fn() -> Result<(), Box<dyn std::error::Error>>;
-    let benches: [(&str, Bench); 3] = [
+    let benches: [(&str, Bench); 4] = [
         ("predict_overhead", predict_overhead),
         ("mlp_predict", mlp_predict),
         ("digits_mlp_e2e", digits_mlp_e2e),
+        ("ddp_throughput", ddp_throughput),
     ];
     for (name, f) in benches {
         if want(name) {

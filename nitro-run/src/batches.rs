@@ -5,6 +5,14 @@
 //! padding and the gather are nitro-data's; this file only groups and
 //! converts.
 //!
+//! Data parallelism: the epoch order is cut into *global* batches of
+//! `world · b` rows, and rank `r` takes rows `r·b .. (r+1)·b` of each
+//! (its [`crate::Distributed::shard`]), so that N ranks see, step for step,
+//! the global batches one process with batch `N·b` sees. A short final
+//! global batch leaves the last ranks fewer real rows (or none: then the
+//! micro-batch is all padding, weighted 0); [`Window::global`] keeps the
+//! global real counts, which normalise every rank's loss weights.
+//!
 //! A window is `accum` micro-batches, one update. The final window of an
 //! epoch may be partial: its missing micro-batches repeat the last real one
 //! as filler with 0 real rows (weight 0 in the step; see `train`).
@@ -23,8 +31,12 @@ use crate::error::{Result, RunError};
 pub(crate) struct Window {
     /// Program inputs: every routed field of every micro-batch, in order.
     pub arrays: Vec<Array>,
-    /// Real rows per micro-batch (0 for the filler of a partial window).
+    /// Real rows per micro-batch on this rank (0 for the filler of a
+    /// partial window, or a rank past the end of a short global batch).
     pub real: Vec<usize>,
+    /// Real rows per micro-batch over every rank (the global batch); equal
+    /// to `real` in a world of one.
+    pub global: Vec<usize>,
     /// The real micro-batches as host batches, only when host-side train
     /// metrics read them.
     pub micro: Vec<Batch>,
@@ -40,11 +52,14 @@ pub(crate) struct WindowSpec {
     pub metric_fields: Vec<String>,
     /// Whether host-side train metrics need the micro-batches.
     pub keep_micro: bool,
+    /// This rank's rows of each global batch (`0..b` in a world of one).
+    pub shard: std::ops::Range<usize>,
 }
 
 /// The training split of shared splits, as a dataset (so the prefetch
-/// thread can own it).
-struct TrainSplit(Arc<Splits>);
+/// thread can own it), gathering only this rank's rows of each global
+/// batch.
+struct TrainSplit(Arc<Splits>, std::ops::Range<usize>);
 
 impl Dataset for TrainSplit {
     fn len(&self) -> usize {
@@ -54,7 +69,11 @@ impl Dataset for TrainSplit {
         self.0.train.fields()
     }
     fn gather(&self, indices: &[usize], fields: &[&str]) -> std::result::Result<Batch, DataError> {
-        self.0.train.gather(indices, fields)
+        // The order pads a short global batch by repeating its last real
+        // index, so a rank's padded rows are copies of its last row, as the
+        // masked loss requires.
+        let rows = &indices[self.1.start.min(indices.len())..self.1.end.min(indices.len())];
+        self.0.train.gather(rows, fields)
     }
 }
 
@@ -84,7 +103,8 @@ pub(crate) fn windows(
         }
     }
     let gathered: Vec<&str> = gathered.iter().map(String::as_str).collect();
-    let items = BatchIter::new(Arc::new(TrainSplit(splits)), order, &gathered)?
+    let shard = spec.shard.clone();
+    let items = BatchIter::new(Arc::new(TrainSplit(splits, shard)), order, &gathered)?
         .resume_at(epoch, first)
         .until_epoch(epoch + 1);
     let windows = Windows { items, spec };
@@ -110,11 +130,14 @@ impl Windows {
         let mut w = Window {
             arrays: Vec::with_capacity(accum * self.spec.routed.len()),
             real: vec![0; accum],
+            global: vec![0; accum],
             micro: Vec::new(),
         };
         let real = items.len();
+        let shard = self.spec.shard.clone();
         for (i, item) in items.into_iter().enumerate() {
-            w.real[i] = item.real;
+            w.global[i] = item.real;
+            w.real[i] = item.real.clamp(shard.start, shard.end) - shard.start;
             let mut batch = item.batch;
             let last = i + 1 == real;
             // The last real micro-batch is repeated as filler; its arrays

@@ -11,6 +11,13 @@
 //! [`crate::TrainReport::checkpoint_time`] reports; [`Checkpoints::finish`]
 //! waits for the writer, and so does dropping it on an error path.
 //!
+//! In a data-parallel job only rank 0 writes (the others hold
+//! [`Writer::Off`] and keep the same cadence bookkeeping); every rank's
+//! params are bitwise equal, so rank 0's checkpoint is the job's. Before
+//! `train()` returns, every rank waits at a barrier until rank 0's writer
+//! is done, so no rank reports a run finished whose checkpoint is still
+//! being written.
+//!
 //! Does not own what a checkpoint holds (`ckpt`), nor the metrics log,
 //! whose rows the train loop flushes before each save.
 
@@ -50,6 +57,7 @@ impl Checkpoints {
         let policy = &n.frozen.run.checkpointer;
         let writer = match policy.every {
             Cadence::Off => Writer::Off,
+            _ if !n.dist.is_root() => Writer::Off,
             _ if policy.background => Writer::Background(AsyncSaver::new(n.open_store()?, 0)?),
             _ => Writer::Inline(n.open_store()?),
         };

@@ -75,6 +75,8 @@ fn device_value(a: &Array) -> DeviceValue {
 const STRUCTURE: &str = "model_structure";
 /// The metadata key of the current epoch's running totals.
 const EPOCH_TOTALS: &str = "epoch_totals";
+/// The metadata key of the job's world size (absent: a world of one).
+const WORLD_SIZE: &str = "world_size";
 
 /// Totals as `{name: [sum, count]}`, floats bit-exact.
 fn totals_value(t: &Totals) -> Value {
@@ -245,6 +247,10 @@ impl<E: Experiment> Nitro<E> {
                     EPOCH_TOTALS.to_string(),
                     totals_value(&self.progress.epoch_totals),
                 ),
+                (
+                    WORLD_SIZE.to_string(),
+                    Value::UInt(self.frozen.run.world_size as u64),
+                ),
             ]
             .into(),
             ..Metadata::default()
@@ -302,7 +308,14 @@ impl<E: Experiment> Nitro<E> {
     /// Refused, listing each difference, when a GraphConst or the
     /// fingerprint differs. `derive` has already run for this handle.
     /// A missing run directory holds no checkpoint and is not created.
+    ///
+    /// In a data-parallel job rank 0 opens the store and picks the
+    /// checkpoint; every rank then reads that same file (a path on a
+    /// filesystem they share), so all resume from one position.
     pub fn resume(&mut self) -> Result<Option<PathBuf>> {
+        if self.dist.world_size() > 1 {
+            return self.resume_together();
+        }
         if !self.frozen.run.run_dir.exists() {
             return Ok(None);
         }
@@ -312,6 +325,44 @@ impl<E: Experiment> Nitro<E> {
         };
         self.restore(&stored.path, &ckpt)?;
         Ok(Some(stored.path))
+    }
+
+    fn resume_together(&mut self) -> Result<Option<PathBuf>> {
+        // Rank 0 alone opens the store (which tidies temporaries); an
+        // error there still reaches the broadcast, as an empty choice
+        // after which rank 0 returns its error and the others find none.
+        let chosen: Result<Option<(PathBuf, Checkpoint)>> = if self.dist.is_root() {
+            if self.frozen.run.run_dir.exists() {
+                self.open_store().and_then(|store| {
+                    Ok(store
+                        .load_latest()?
+                        .map(|(stored, ckpt)| (stored.path, ckpt)))
+                })
+            } else {
+                Ok(None)
+            }
+        } else {
+            Ok(None)
+        };
+        let text = match &chosen {
+            Ok(Some((path, _))) => path.to_string_lossy().into_owned(),
+            _ => String::new(),
+        };
+        let path = self.dist.broadcast_text("resume", &text)?;
+        if self.dist.is_root() {
+            let Some((path, ckpt)) = chosen? else {
+                return Ok(None);
+            };
+            self.restore(&path, &ckpt)?;
+            return Ok(Some(path));
+        }
+        if path.is_empty() {
+            return Ok(None);
+        }
+        let path = PathBuf::from(path);
+        let ckpt = nitro_ckpt::load(&path)?;
+        self.restore(&path, &ckpt)?;
+        Ok(Some(path))
     }
 
     /// Resumes from the checkpoint file at `path` (see [`Nitro::resume`]).
@@ -380,6 +431,25 @@ impl<E: Experiment> Nitro<E> {
 
     fn restore(&mut self, path: &Path, ckpt: &Checkpoint) -> Result<()> {
         let meta = &ckpt.meta;
+        // Refused, not resharded: the position, the epoch's totals and the
+        // optimizer trajectory belong to the saved job's global batch.
+        let saved = match meta.user.get(WORLD_SIZE) {
+            None => 1,
+            Some(Value::UInt(n)) => *n as usize,
+            Some(_) => {
+                return Err(RunError::CheckpointContent {
+                    path: path.to_path_buf(),
+                    reason: format!("`{WORLD_SIZE}` is not a count"),
+                })
+            }
+        };
+        if saved != self.frozen.run.world_size {
+            return Err(RunError::WorldSize {
+                path: path.to_path_buf(),
+                saved,
+                now: self.frozen.run.world_size,
+            });
+        }
         let mut differences = vec![];
         if meta.experiment != E::experiment_name() {
             differences.push(format!(

@@ -325,6 +325,7 @@ where
                 "{}",
                 config_table(E::experiment_name(), &recipe.experiment.config_metadata())
             );
+            println!("{}", crate::Distributed::describe_env());
             return Ok(());
         }
         "presets" => {
@@ -394,7 +395,11 @@ where
     match name {
         "train" | "resume" => {
             if name == "train" {
-                clear_run_files(&n.frozen.run.run_dir)?;
+                if n.dist.is_root() {
+                    clear_run_files(&n.frozen.run.run_dir)?;
+                }
+                // No rank starts (and rank 0 writes nothing) before it is clear.
+                n.dist.barrier("train (start)")?;
             } else {
                 match n.resume()? {
                     Some(path) => eprintln!("resumed from {} at step {}", path.display(), n.step()),
@@ -418,8 +423,10 @@ where
                     ""
                 }
             );
-            for path in crate::plot::plot_run(&dir)? {
-                eprintln!("plot: {}", path.display());
+            if n.dist.is_root() {
+                for path in crate::plot::plot_run(&dir)? {
+                    eprintln!("plot: {}", path.display());
+                }
             }
             if report.interrupted {
                 let saved = if n.frozen.run.checkpointer.every == crate::Cadence::Off {

@@ -168,6 +168,27 @@ pub enum RunError {
         /// What to do instead.
         fix: &'static str,
     },
+    /// A collective between the ranks of a data-parallel job failed: a
+    /// rank died or hangs (named in the source), or the group could not be
+    /// joined. The job cannot continue.
+    #[error("data-parallel `{op}`: {source}")]
+    Collective {
+        /// What nitro was doing (`join`, `evaluate`, `resume`, ...).
+        op: &'static str,
+        /// The group's error (names the lost rank).
+        source: Box<nitro_device::collective::CollectiveError>,
+    },
+    /// A checkpoint written by a job of another world size: its data order
+    /// and optimizer trajectory were those of another global batch.
+    #[error("cannot resume from {}: it was written by a job of {saved} process(es) and this job has {now}; resume it with `mpirun -n {saved}` (or start a fresh run_dir)", path.display())]
+    WorldSize {
+        /// The checkpoint file.
+        path: PathBuf,
+        /// The world size recorded in it.
+        saved: usize,
+        /// This job's world size.
+        now: usize,
+    },
     /// A run setting is out of range.
     #[error("`{setting}`: {reason}")]
     Setting {

@@ -24,9 +24,7 @@ nitro_markers::leaf_kind!(
     pub struct Tensors => Tensor
 );
 
-/// The distribution handle `build_data` receives; there is none today.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Distributed;
+pub use crate::dist::Distributed;
 
 /// What `build_model` returns: the model structure (host-side, read while
 /// tracing), its initial parameters and its initial state.
@@ -140,7 +138,10 @@ pub trait Experiment: ExperimentFields + 'static {
     /// as `RunError::Hook { hook: "build_model", .. }`.
     fn build_model(&self, rng: &mut InitRng) -> Result<ModelParts<Self::Model>, HookError>;
 
-    /// Builds the data: `Splits { train, val, test }`. `dist` is `None` today.
+    /// Builds the data: `Splits { train, val, test }`. `dist` is the job's
+    /// process group (always `Some`; a world of one without `mpirun`): the
+    /// framework shards the training and evaluation order itself, so return
+    /// the whole splits unless the data is already sharded on disk.
     fn build_data(&self, dist: Option<&Distributed>) -> Result<Splits, HookError>;
 
     /// The exportable program: inputs only, never targets. Returns the

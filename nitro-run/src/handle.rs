@@ -15,6 +15,7 @@ use nitro_graph::{Array, TensorSpec};
 use nitro_markers::{Category, DeviceInput};
 
 use crate::convert::{device_spec, device_to_array, signature};
+use crate::dist::Distributed;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::layout::Kind;
@@ -58,6 +59,8 @@ pub struct Nitro<E: Experiment> {
     /// The values programs run on and where they live (see `placement`).
     pub(crate) values: Values,
     pub(crate) reported: bool,
+    /// The job's process group (a world of one without `mpirun`).
+    pub(crate) dist: Distributed,
 }
 
 fn named(specs: &[(String, TensorSpec)], arrays: &[Array]) -> BTreeMap<String, Array> {
@@ -127,6 +130,11 @@ impl<E: Experiment> Nitro<E> {
         self.values.device()
     }
 
+    /// The job's process group: rank, world size, transport.
+    pub fn distributed(&self) -> &Distributed {
+        &self.dist
+    }
+
     /// The model structure.
     pub fn model(&self) -> &E::Model {
         &self.model
@@ -168,6 +176,7 @@ impl<E: Experiment> Nitro<E> {
     /// (`early_stop`, `checkpointer`, `logger`) are never probed.
     pub fn config_report(&self) -> String {
         let mut text = self.frozen.run.report(E::experiment_name());
+        text.push_str(&format!("\n  {}", self.dist));
         if self.values.device() != nitro_graph::Device::Cpu {
             text.push_str(&format!("\n  programs run on {}", self.values.device()));
         }
@@ -304,7 +313,14 @@ impl<E: Experiment> Nitro<E> {
         tail: BatchInputs,
         after_launch: impl FnOnce(&Values) -> Result<()>,
     ) -> Result<Vec<Array>> {
-        self.values
-            .run_placed(&compiled.exe, with_opt, middle, tail, after_launch)
+        let comm = self.dist.communicator();
+        self.values.run_placed(
+            &compiled.exe,
+            comm.as_deref(),
+            with_opt,
+            middle,
+            tail,
+            after_launch,
+        )
     }
 }

@@ -157,7 +157,10 @@ impl<E: Experiment> Nitro<E> {
             })?;
         let dtype = self.programs.layout.dtype;
         let mut totals = Totals::default();
-        let mut start = 0;
+        // Sharded in a data-parallel job: rank r evaluates chunks r, r+N,
+        // r+2N, ...; the sums and counts are then added over the ranks.
+        let (rank, ranks) = (self.dist.rank(), self.dist.world_size());
+        let mut start = rank * width;
         while start < set.len() {
             let end = (start + width).min(set.len());
             let indices: Vec<usize> = (start..end).collect();
@@ -179,8 +182,11 @@ impl<E: Experiment> Nitro<E> {
                 let (s, c) = m.compute(&outputs, &batch);
                 totals.add(&m.name, s, c);
             }
-            start = end;
+            start += ranks * width;
         }
+        let mut names: Vec<&str> = vec!["loss"];
+        names.extend(self.frozen.metrics.iter().map(|m| m.name.as_str()));
+        self.dist.reduce_totals("evaluate", &mut totals, &names)?;
         Ok(totals.finish(""))
     }
 }

@@ -57,6 +57,9 @@ pub(crate) enum Kind {
         /// `ShortBatch::PadWithMask`: the loss is traced with the
         /// padded-row correction (`pad_b`).
         masked: bool,
+        /// Processes the gradients are all-reduced over (1: no all-reduce
+        /// in the program).
+        world: usize,
     },
 }
 
@@ -71,6 +74,7 @@ impl Kind {
             clip: run.clip.is_some(),
             outputs,
             masked: run.short_batch == nitro_data::ShortBatch::PadWithMask,
+            world: run.world_size,
         }
     }
 

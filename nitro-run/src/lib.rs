@@ -70,6 +70,7 @@ mod checkpointing;
 mod ckpt;
 pub mod cli;
 mod convert;
+mod dist;
 mod error;
 mod experiment;
 mod export;
@@ -100,10 +101,9 @@ mod train_step;
 mod validate;
 
 pub use convert::program_input;
+pub use dist::Distributed;
 pub use error::{HookError, Result, RunError};
-pub use experiment::{
-    Cadence, Checkpointer, Distributed, Experiment, Logger, ModelParts, Progress, Tensors,
-};
+pub use experiment::{Cadence, Checkpointer, Experiment, Logger, ModelParts, Progress, Tensors};
 pub use export::{ExportError, Exported};
 pub use handle::Nitro;
 pub use interrupt::request_stop;

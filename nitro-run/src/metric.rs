@@ -128,6 +128,13 @@ impl Totals {
         Totals(entries)
     }
 
+    /// Adds every sum and count of `other`.
+    pub(crate) fn merge(&mut self, other: &Totals) {
+        for (k, (s, c)) in &other.0 {
+            self.add(k, *s, *c);
+        }
+    }
+
     pub(crate) fn finish(&self, prefix: &str) -> BTreeMap<String, f64> {
         self.0
             .iter()

@@ -36,6 +36,7 @@
 //! written on the host (`set_device`, a schedule) marks the resident Device
 //! values dirty and they are uploaded before the next call.
 
+use nitro_device::collective::Communicator;
 use nitro_device::DeviceError;
 use nitro_graph::{Array, Device, Executable, GraphError, Runtime, Value};
 
@@ -264,6 +265,7 @@ impl Values {
     pub(crate) fn run_placed(
         &mut self,
         exe: &Executable,
+        comm: Option<&dyn Communicator>,
         with_opt: bool,
         middle: Vec<Array>,
         tail: BatchInputs,
@@ -274,7 +276,7 @@ impl Values {
             source: Box::new(source),
         };
         if exe.device() != Device::Cpu {
-            return self.run_resident(exe, with_opt, middle, tail, after_launch);
+            return self.run_resident(exe, comm, with_opt, middle, tail, after_launch);
         }
         let BatchInputs::Host(tail) = tail else {
             return Err(device_error(
@@ -290,7 +292,12 @@ impl Values {
                 Some(&mut self.device),
             ],
             middle.into_iter().chain(tail),
-            |args| exe.run(args),
+            // In a data-parallel job the train step's all-reduce sums over
+            // the group; a world of one calls the program alone.
+            |args| match comm {
+                Some(c) => exe.run_with(args, c),
+                None => exe.run(args),
+            },
         );
         let outs = result.map_err(exec)?;
         after_launch(self)?;
@@ -305,6 +312,7 @@ impl Values {
     fn run_resident(
         &mut self,
         exe: &Executable,
+        comm: Option<&dyn Communicator>,
         with_opt: bool,
         middle: Vec<Array>,
         tail: BatchInputs,
@@ -361,7 +369,10 @@ impl Values {
                 Some(&mut resident.device),
             ],
             incoming,
-            |args| exe.run_values(args),
+            |args| match comm {
+                Some(c) => exe.run_values_with(args, c),
+                None => exe.run_values(args),
+            },
         );
         if with_opt {
             // The step updated params, state and slots in place (even when

@@ -243,6 +243,7 @@ fn key<E: Experiment>(
         clip,
         outputs,
         masked,
+        world,
         ..
     } = kind
     {
@@ -250,7 +251,8 @@ fn key<E: Experiment>(
             .config("optimizer", &optimizer.structure())
             .config("clip", clip)
             .config("train_outputs", outputs)
-            .config("short_batch_mask", masked);
+            .config("short_batch_mask", masked)
+            .config("world_size", world);
     }
     Ok(b.graph(graph_hash).finish()?)
 }

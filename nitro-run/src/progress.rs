@@ -80,6 +80,11 @@ impl<E: Experiment> Nitro<E> {
             );
         }
         let meta = self.e.config_metadata();
+        if !self.dist.is_root() {
+            // Rank 0 alone logs and shows progress: the other ranks' numbers
+            // are the same (the loss is reduced) or partial.
+            return Display::new(&Logger::quiet(), run.total, self.progress.position.step);
+        }
         let opened = write_config(
             &run.run_dir,
             E::experiment_name(),
@@ -114,7 +119,8 @@ impl<E: Experiment> Nitro<E> {
             base: run.optimizer.lr(),
             total: run.total,
         });
-        display.samples_per_step = Some((run.batch_size * run.accum) as f64);
+        // Global throughput: every rank's samples of an update.
+        display.samples_per_step = Some((run.batch_size * run.accum * run.world_size) as f64);
         display
     }
 }

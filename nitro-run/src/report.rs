@@ -29,8 +29,12 @@ pub(crate) fn report_enabled() -> bool {
 pub struct RunValues {
     /// Init and data-order seed.
     pub seed: u64,
-    /// Micro-batch width (the compiled width).
+    /// Micro-batch width (the compiled width; per rank in a data-parallel
+    /// job).
     pub batch_size: usize,
+    /// Processes in the job: each update sees `world_size · batch_size ·
+    /// accum` samples.
+    pub world_size: usize,
     /// Micro-batches per update.
     pub accum: usize,
     /// Epochs.
@@ -64,6 +68,7 @@ impl RunValues {
         e: &E,
         preset: Option<String>,
         n_train: usize,
+        world_size: usize,
         overrides: &RunOverrides,
     ) -> Result<RunValues> {
         let batch_size = e.batch_size();
@@ -79,12 +84,15 @@ impl RunValues {
             });
         }
         let short_batch = e.short_batch();
-        let batches = batches_per_epoch(n_train, batch_size, short_batch);
+        // The epoch is cut into global batches of world_size · batch_size.
+        let global = batch_size * world_size.max(1);
+        let batches = batches_per_epoch(n_train, global, short_batch);
         if batches == 0 {
             return Err(RunError::Setting {
                 setting: "batch_size",
                 reason: format!(
-                    "{batch_size} is larger than the {n_train} training samples; lower it or use `ShortBatch::PadWithMask`"
+                    "{batch_size}{} is larger than the {n_train} training samples; lower it or use `ShortBatch::PadWithMask`",
+                    if world_size > 1 { format!(" x {world_size} ranks") } else { String::new() }
                 ),
             });
         }
@@ -113,6 +121,7 @@ impl RunValues {
         let run = RunValues {
             seed: e.seed(),
             batch_size,
+            world_size: world_size.max(1),
             accum,
             max_epochs,
             updates_per_epoch,

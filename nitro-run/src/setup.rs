@@ -11,6 +11,7 @@ use nitro_graph::{Array, DType, TensorSpec};
 use nitro_markers::{BatchFields, Recipe};
 
 use crate::convert::{device_spec, device_to_array, program_dtype, signature};
+use crate::dist::Distributed;
 use crate::error::{Result, RunError};
 use crate::experiment::Experiment;
 use crate::handle::{Frozen, Nitro};
@@ -65,9 +66,10 @@ impl<E: Experiment> Nitro<E> {
         overrides: RunOverrides,
     ) -> Result<Self> {
         E::validate()?;
+        let dist = Distributed::current()?;
         let data = match data {
             Some(d) => d,
-            None => Arc::new(e.build_data(None).map_err(|source| RunError::Hook {
+            None => Arc::new(e.build_data(Some(&dist)).map_err(|source| RunError::Hook {
                 hook: "build_data",
                 source,
             })?),
@@ -146,7 +148,7 @@ impl<E: Experiment> Nitro<E> {
             dtype,
         };
         let probes = Probes::of(&e);
-        let run = RunValues::resolve(&e, preset, data.train.len(), &overrides)?;
+        let run = RunValues::resolve(&e, preset, data.train.len(), dist.world_size(), &overrides)?;
         let scheduled = e.schedule();
         for (target, _) in &scheduled {
             check_schedule_target::<E>(&layout, target)?;
@@ -214,6 +216,7 @@ impl<E: Experiment> Nitro<E> {
                     .collect(),
             ),
             reported: false,
+            dist,
         })
     }
 }

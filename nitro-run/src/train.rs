@@ -56,6 +56,10 @@ pub struct TrainReport {
     pub checkpoint_time: Duration,
     /// Time spent validating.
     pub eval_time: Duration,
+    /// Time the train steps spent in the gradient all-reduce of a
+    /// data-parallel job, waiting for the slowest rank included (zero in a
+    /// world of one; part of `program_time`).
+    pub all_reduce_time: Duration,
     /// Wall time of the whole call.
     pub wall_time: Duration,
 }
@@ -80,9 +84,11 @@ impl<E: Experiment> Nitro<E> {
     /// values with `lr` from its schedule, the clip norm, the micro-batch
     /// weights (and, for `PadWithMask`, the padded-row corrections), and
     /// the step's random key.
-    /// `real[i]` is the number of real samples in micro-batch `i` (0 for the
-    /// filler of a partial window).
-    fn hyper_inputs(&mut self, step: u64, real: &[usize]) -> Result<Vec<Array>> {
+    /// `real[i]` is the number of real samples in micro-batch `i` on this
+    /// rank (0 for the filler of a partial window), `global[i]` over every
+    /// rank. The weights are normalised by the global window, so that the
+    /// sum over ranks the train step's all-reduce makes is the global mean.
+    fn hyper_inputs(&mut self, step: u64, real: &[usize], global: &[usize]) -> Result<Vec<Array>> {
         let dtype = self.programs.layout.dtype;
         let total = self.frozen.run.total;
         let mut lr = self.frozen.run.optimizer.lr();
@@ -123,25 +129,29 @@ impl<E: Experiment> Nitro<E> {
             out.push(scalar(c, dtype));
         }
         let (w, accum) = (self.frozen.run.batch_size as f64, self.frozen.run.accum);
+        let ranks = self.frozen.run.world_size as f64;
         let vector = |values: Vec<f64>| {
             Array::new(&[accum], values)
                 .expect("accum weights match their shape")
                 .cast(dtype)
         };
         match self.frozen.run.short_batch {
-            // The mean of the window's micro-batch means: weight 1/window.
+            // The mean of the window's micro-batch means: weight 1/window
+            // (each global micro-batch mean is the mean of its N rank means,
+            // hence 1/(window·N) per rank).
             ShortBatch::Drop => {
-                let window = real.iter().filter(|&&r| r > 0).count().max(1) as f64;
+                let window = global.iter().filter(|&&r| r > 0).count().max(1) as f64;
                 out.push(vector(
                     real.iter()
-                        .map(|&r| if r > 0 { 1.0 / window } else { 0.0 })
+                        .map(|&r| if r > 0 { 1.0 / (window * ranks) } else { 0.0 })
                         .collect(),
                 ));
             }
             // The mean over the window's real samples: micro-batch i
             // contributes (W/R)·L_A − ((W − r_i)/R)·L_B (see `programs`).
             ShortBatch::PadWithMask => {
-                let total_real = real.iter().sum::<usize>().max(1) as f64;
+                // Over every rank's real samples of the window.
+                let total_real = global.iter().sum::<usize>().max(1) as f64;
                 let a = real
                     .iter()
                     .map(|&r| if r > 0 { w / total_real } else { 0.0 })
@@ -215,6 +225,7 @@ impl<E: Experiment> Nitro<E> {
         }
         interrupt::install();
         let started = Instant::now();
+        let reduced_before = self.dist.all_reduce_time();
         let compiled = self.program(&self.train_kind())?;
         let loss_at = compiled
             .position(&Returned::Loss)
@@ -225,7 +236,10 @@ impl<E: Experiment> Nitro<E> {
         let data = self.data.clone();
         let train = &data.train;
         let width = self.frozen.run.batch_size;
-        let order = EpochOrder::new(train.len(), width, self.frozen.run.seed)?
+        // The order of global batches (world · width rows); this rank
+        // takes its shard of each (see `batches`).
+        let global_width = width * self.frozen.run.world_size;
+        let order = EpochOrder::new(train.len(), global_width, self.frozen.run.seed)?
             .with_short_batch(self.frozen.run.short_batch);
         let batches = order.batches_per_epoch();
         let routed: Vec<String> = compiled.sig.names(nitro_graph::Role::Batch(0)).to_vec();
@@ -249,6 +263,7 @@ impl<E: Experiment> Nitro<E> {
                     routed: routed.clone(),
                     metric_fields: self.frozen.metric_fields.clone(),
                     keep_micro,
+                    shard: self.dist.shard(width),
                 },
             )?;
             let mut prefetched: Option<Prepared> = None;
@@ -257,12 +272,13 @@ impl<E: Experiment> Nitro<E> {
                 let Prepared {
                     inputs,
                     real,
+                    global,
                     micro,
                 } = match prefetched.take() {
                     Some(p) => p,
                     None => Prepared::on_host(next_window(&mut windows)?),
                 };
-                let hyper = self.hyper_inputs(self.progress.position.step, &real)?;
+                let hyper = self.hyper_inputs(self.progress.position.step, &real, &global)?;
                 let more = self.progress.position.batch + window < batches;
                 let t0 = Instant::now();
                 // The next window is gathered on nitro-data's prefetch thread
@@ -276,6 +292,7 @@ impl<E: Experiment> Nitro<E> {
                             Ok(Prepared {
                                 inputs: me.prepare_batch(w.arrays)?,
                                 real: w.real,
+                                global: w.global,
                                 micro: w.micro,
                             })
                         }));
@@ -296,7 +313,11 @@ impl<E: Experiment> Nitro<E> {
                     });
                 }
                 if !self.frozen.train_metrics.is_empty() {
+                    let mut step_totals = Totals::default();
                     for (i, batch) in micro.iter().enumerate().take(window) {
+                        if real[i] == 0 {
+                            continue;
+                        }
                         // Metrics never see a padded row.
                         let mine = leaves_of(&compiled, &out, Some(i), width, real[i])?;
                         let sliced;
@@ -308,15 +329,26 @@ impl<E: Experiment> Nitro<E> {
                         };
                         for m in &self.frozen.train_metrics {
                             let (s, c) = m.compute(&mine, batch);
-                            self.progress.epoch_totals.add(&m.name, s, c);
+                            step_totals.add(&m.name, s, c);
                         }
                     }
+                    // Every rank's sums and counts, so the running totals
+                    // (and the checkpoint rank 0 writes) are global.
+                    let names: Vec<&str> = self
+                        .frozen
+                        .train_metrics
+                        .iter()
+                        .map(|m| m.name.as_str())
+                        .collect();
+                    self.dist
+                        .reduce_totals("train metrics", &mut step_totals, &names)?;
+                    self.progress.epoch_totals.merge(&step_totals);
                 }
                 self.progress.epoch_totals.add("loss", loss, 1.0);
                 self.progress.position.step += 1;
                 self.progress.position.batch += window;
                 display.step(self.progress.position.step, epoch, loss);
-                let stop_now = interrupt::take_request()
+                let stop_now = self.dist.any("interrupt", interrupt::take_request())?
                     || self.progress.stop_after == Some(self.progress.position.step);
                 if stop_now || ckpts.due_after_step(self.progress.position.step) {
                     // The rows first: a checkpoint never knows rows the
@@ -390,8 +422,11 @@ impl<E: Experiment> Nitro<E> {
         }
         display.finish();
         report.checkpoint_time = ckpts.finish()?;
+        // Rank 0's last checkpoint is on disk before any rank returns.
+        self.dist.barrier("train (end)")?;
         report.steps = self.progress.position.step;
         report.wall_time = started.elapsed();
+        report.all_reduce_time = self.dist.all_reduce_time() - reduced_before;
         Ok(report)
     }
 }
@@ -400,8 +435,10 @@ impl<E: Experiment> Nitro<E> {
 struct Prepared {
     /// Program inputs (on the host, or already queued for a GPU).
     inputs: BatchInputs,
-    /// Real rows per micro-batch.
+    /// Real rows per micro-batch on this rank.
     real: Vec<usize>,
+    /// Real rows per micro-batch over every rank.
+    global: Vec<usize>,
     /// Host batches for host-side train metrics.
     micro: Vec<nitro_data::Batch>,
 }
@@ -411,6 +448,7 @@ impl Prepared {
         Prepared {
             inputs: BatchInputs::Host(g.arrays),
             real: g.real,
+            global: g.global,
             micro: g.micro,
         }
     }

@@ -35,6 +35,7 @@ pub(crate) fn trace<E: Experiment>(
         clip,
         outputs: want_outputs,
         masked,
+        world,
         ..
     } = kind
     else {
@@ -97,7 +98,7 @@ pub(crate) fn trace<E: Experiment>(
             }));
         }
     }
-    let loss = total.unwrap_or_else(|| tracer.scalar(0.0, args.layout.dtype));
+    let mut loss = total.unwrap_or_else(|| tracer.scalar(0.0, args.layout.dtype));
     let names: Vec<String> = args.layout.params.iter().map(|(n, _)| n.clone()).collect();
     let p_refs: Vec<&Tensor> = names.iter().map(|n| &ps[n]).collect();
     let mut grads = tracer
@@ -106,6 +107,11 @@ pub(crate) fn trace<E: Experiment>(
             program,
             source: Box::new(source),
         })?;
+    if *world > 1 {
+        // After the reverse pass, before clipping: the global norm is that
+        // of the reduced gradients.
+        (loss, grads, state) = all_reduce(program, *world, loss, grads, state, args.layout.dtype)?;
+    }
     if *clip {
         grads = clip_by_global_norm(&grads, &h(MAX_NORM)?).0;
     }
@@ -125,6 +131,55 @@ pub(crate) fn trace<E: Experiment>(
     result.extend(out);
     result.extend(updates);
     Ok(result)
+}
+
+/// The data-parallel reduction, one all-reduce per update: the loss and
+/// every gradient (and the float state, averaged) flattened into one
+/// buffer, summed over the `world` ranks in rank order, and cut back.
+///
+/// No division for the loss and gradients: each rank's micro-batch weights
+/// are normalised by the *global* window (see `train::hyper_inputs`), so
+/// the sum over ranks is the mean over the global batch, exactly what one
+/// process with a batch `world` times as wide computes, up to the order of
+/// the additions. State (running statistics) is each rank's own batch
+/// statistic; its mean keeps every rank's state equal.
+fn all_reduce(
+    program: &'static str,
+    world: usize,
+    loss: Tensor,
+    grads: Vec<Tensor>,
+    state: Params<Tensor>,
+    dtype: nitro_graph::DType,
+) -> Result<(Tensor, Vec<Tensor>, Params<Tensor>)> {
+    let reduced_state: Vec<String> = state
+        .iter()
+        .filter(|(_, t)| t.dtype() == dtype)
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut parts: Vec<Tensor> = vec![loss.reshape(&[1])];
+    let mut shapes: Vec<Vec<usize>> = vec![vec![]];
+    for t in grads.iter().chain(reduced_state.iter().map(|k| &state[k])) {
+        shapes.push(t.shape().to_vec());
+        parts.push(t.reshape(&[t.shape().iter().product()]));
+    }
+    let flat = Tensor::concat(&parts, 0).map_err(graph_error(program))?;
+    let sum = flat.all_reduce_sum(world);
+    let mut at = 0;
+    let mut pieces = shapes.iter().map(|shape| {
+        let n: usize = shape.iter().product();
+        let piece = sum.narrow(0, at, at + n).reshape(shape);
+        at += n;
+        piece
+    });
+    let loss = pieces.next().expect("the loss leads the buffer");
+    let grads: Vec<Tensor> = pieces.by_ref().take(grads.len()).collect();
+    let mut state = state;
+    let inv = 1.0 / world as f64;
+    for (k, piece) in reduced_state.iter().zip(pieces) {
+        let mean = &piece * &piece.scalar_like(inv);
+        state.insert(k.clone(), mean);
+    }
+    Ok((loss, grads, state))
 }
 
 /// The optimizer update of every parameter, as `Update(Params, name)` and

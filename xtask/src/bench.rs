@@ -155,8 +155,13 @@ fn nitro_round(names: &[String]) -> Result<Vec<Map<String, Value>>, String> {
             package,
             "--example",
             &example,
-            "--",
         ];
+        // nitro-run's `ddp_throughput` launches itself under mpirun: built
+        // with the `mpi` feature where MPI is installed (skipped otherwise).
+        if package == "nitro-run" && crate::mpi::available() {
+            args.extend(["--features", "mpi"]);
+        }
+        args.push("--");
         args.extend(names.iter().map(String::as_str));
         eprintln!("$ cargo {}", args.join(" "));
         let out = Command::new(env!("CARGO"))

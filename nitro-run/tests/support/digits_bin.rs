@@ -23,9 +23,17 @@ pub fn example() -> &'static Path {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
         build.args(["build", "-p", "nitro-run", "--example", "digits_mlp"]);
-        // The binary gets this test's features (with `cuda`, `--device cuda` runs).
-        if cfg!(feature = "cuda") {
-            build.args(["--features", "cuda"]);
+        // The binary gets this test's features (with `cuda`, `--device cuda`
+        // runs; with `mpi`, it runs data-parallel under mpirun).
+        let features: Vec<&str> = [
+            ("cuda", cfg!(feature = "cuda")),
+            ("mpi", cfg!(feature = "mpi")),
+        ]
+        .into_iter()
+        .filter_map(|(f, on)| on.then_some(f))
+        .collect();
+        if !features.is_empty() {
+            build.args(["--features", &features.join(",")]);
         }
         if profile_dir.file_name().is_some_and(|n| n == "release") {
             build.arg("--release");
