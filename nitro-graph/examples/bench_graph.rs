@@ -25,7 +25,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// `NITRO_BENCH_STEPS=N` replaces every warm-up and run count by exactly
+/// N calls (no warm-up), for instruction counts: under
+/// `valgrind --tool=callgrind` the cost of one call is the difference of
+/// two runs with different N, divided by their difference.
+fn fixed_steps() -> Option<usize> {
+    std::env::var("NITRO_BENCH_STEPS").ok()?.parse().ok()
+}
+
 fn time_runs(warmup: usize, runs: usize, mut f: impl FnMut()) -> Vec<f64> {
+    let (warmup, runs) = fixed_steps().map_or((warmup, runs), |n| (0, n.max(1)));
     for _ in 0..warmup {
         f();
     }
@@ -137,6 +146,11 @@ fn bench_predict(name: &str, model: Chain, x: &[usize], runs: usize) {
     let ms = median(time_runs(5, runs, || {
         program.run(&mut args).expect("runs");
     }));
+    if std::env::var_os("NITRO_PROFILE").is_some() {
+        for (ms, what) in program.profile(&mut args).expect("runs").iter().take(15) {
+            eprintln!("{ms:8.3} ms  {what}");
+        }
+    }
     println!(
         "{{\"bench\":\"{name}\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},{}}}",
         x[0],

@@ -13,8 +13,9 @@
 //! | passes | [`passes`] | simplify, constant folding, CSE, DCE |
 //! | fusion | [`fusion`] | elementwise chains into single kernels |
 //! | plan | [`plan`] | liveness-based buffer reuse, in-place donated updates |
+//! | lower | [`lower`] | passes + schedule + plan once: the device-neutral [`ProgramDesc`] every backend builds from |
 //! | backends | [`backend`] | CPU (rayon + gemm); CUDA behind the `cuda` feature |
-//! | exec | [`exec`] | `compile`, `jit`, [`Program`] |
+//! | exec | [`exec`] | `compile`, `jit`, [`Program`] (on top of the backends) |
 //!
 //! It does not know about experiments, hooks, data loading or checkpoints:
 //! `nitro-run` drives it.
@@ -43,6 +44,7 @@ mod error;
 pub mod exec;
 pub mod fusion;
 pub mod ir;
+pub mod lower;
 pub mod nn;
 pub mod passes;
 pub mod plan;

@@ -34,6 +34,44 @@ fn unravel(mut i: usize, shape: &[usize]) -> Vec<usize> {
     idx
 }
 
+/// Sum and max of `values(seed)` over `axes` of `shape`, against loops.
+fn check_reductions(shape: &[usize], axes: &[usize], seed: u64) {
+    let r = shape.len();
+    let x = values(shape.iter().product(), seed);
+    let out_shape: Vec<usize> = (0..r)
+        .filter(|a| !axes.contains(a))
+        .map(|a| shape[a])
+        .collect();
+    let out_strides = strides(&out_shape);
+    let mut sum = vec![0.0; out_shape.iter().product()];
+    let mut max = vec![f64::NEG_INFINITY; sum.len()];
+    for (i, &v) in x.iter().enumerate() {
+        let idx = unravel(i, shape);
+        let kept = (0..r).filter(|a| !axes.contains(a)).map(|a| idx[a]);
+        let o: usize = kept.zip(&out_strides).map(|(i, s)| i * s).sum();
+        sum[o] += v;
+        max[o] = max[o].max(v);
+    }
+    let (a1, a2) = (axes.to_vec(), axes.to_vec());
+    let shapes = [shape.to_vec()];
+    let got_sum = run(&shapes, &[x.clone()], move |_, t| t[0].sum(&a1)).to_f64_vec();
+    assert_close(&got_sum, &sum, 1e-12);
+    let got_max = run(&shapes, &[x], move |_, t| t[0].max(&a2)).to_f64_vec();
+    assert_close(&got_max, &max, 0.0);
+}
+
+/// The reduction layouts at sizes that split over threads: pooling
+/// (`[n, c, h/2, 2, w/2, 2]` over the window axes), a convolution's bias
+/// gradient (NCHW over n, h, w) and a dense one (over the batch).
+#[test]
+fn large_reductions_split_over_threads() {
+    check_reductions(&[32, 6, 12, 2, 12, 2], &[3, 5], 1);
+    check_reductions(&[9, 3, 11, 3, 7, 3], &[3, 5], 2);
+    check_reductions(&[64, 6, 20, 10], &[0, 2, 3], 3);
+    check_reductions(&[300, 1, 257], &[0], 4);
+    check_reductions(&[257, 300], &[1], 5);
+}
+
 fn shape3() -> impl Strategy<Value = Vec<usize>> {
     prop::collection::vec(1usize..4, 1..4)
 }
@@ -136,6 +174,15 @@ proptest! {
         check_grad(&[shape.clone()], seed, move |_, t| t[0].sum(&a4));
         let a5 = axes.clone();
         check_grad(&[shape.clone()], seed, move |_, t| t[0].max(&a5));
+    }
+
+    /// Reductions over any axes of rank 4-6 tensors (the middle `[R, K, R]`
+    /// and pooling `[K, R, K, R]` layouts, the in-place windows and the
+    /// permuting fallback), against loops.
+    #[test]
+    fn reductions_any_layout(shape in prop::collection::vec(1usize..5, 4..7), seed in 0u64..1000, pick in 0usize..64) {
+        let axes: Vec<usize> = (0..shape.len()).filter(|a| (pick >> a) & 1 == 1).collect();
+        check_reductions(&shape, &axes, seed);
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //! CUDA" with the fix; the type is uninhabited, so no method below can run.
 
 use crate::error::{GraphError, Result};
-use crate::exec::{Array, CompileOptions, ProgramDesc};
 use crate::ir::{Graph, TensorSpec};
+use crate::lower::{CompileOptions, ProgramDesc};
 use crate::trace::{Tensor, Tracer};
 use nitro_device::cuda::{CudaBuffer, CudaDevice};
+use nitro_device::HostArray as Array;
 use nitro_device::{Device, DeviceError};
 
 /// A program lowered to CUDA; none can exist in this build.

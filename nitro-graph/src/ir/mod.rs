@@ -5,11 +5,13 @@
 //! outputs. Nodes are appended by the tracer and rewritten by passes; nothing
 //! here executes anything.
 
+mod infer;
 mod ops;
 mod print;
 mod window;
 
-pub use ops::{infer, BinaryOp, CmpOp, Op, UnaryOp};
+pub use infer::infer;
+pub use ops::{BinaryOp, CmpOp, Op, UnaryOp};
 pub use window::Window;
 
 pub use nitro_device::{ShapeFmt, TensorSpec};

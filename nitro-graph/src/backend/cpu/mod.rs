@@ -20,11 +20,11 @@ mod simd;
 pub use fused::{uniform, FusedKernel};
 pub use simd::simd_level;
 
-use crate::exec::Array;
 use crate::fusion::{strides_of, Kernel, Schedule};
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::{MemoryPlan, Storage};
 use nitro_device::collective::{CollectiveError, Communicator};
+use nitro_device::HostArray as Array;
 use nitro_device::HostBuffer;
 use raw::Raw;
 use reduce::Reduction;

@@ -86,7 +86,12 @@ fn im2col_t<T: Copy + Default + Send + Sync>(src: &[T], dst: &mut [T], g: Geomet
                 line[x1..].fill(T::default());
                 if s == 1 {
                     let sx = x0 + j - p;
-                    line[x0..x1].copy_from_slice(&plane[sy + sx..sy + sx + (x1 - x0)]);
+                    // An inline loop, not `copy_from_slice`: lines are short
+                    // (LeNet: 24 and 8 pixels), and a memcpy call per line
+                    // cost more than the copy.
+                    for (d, &v) in line[x0..x1].iter_mut().zip(&plane[sy + sx..]) {
+                        *d = v;
+                    }
                 } else {
                     for (x, v) in line[x0..x1].iter_mut().enumerate() {
                         *v = plane[sy + (x0 + x) * s + j - p];
@@ -127,8 +132,17 @@ fn col2im_t<T: Copy + Default + AddAssign + Send + Sync>(src: &[T], dst: &mut [T
                 for y in y0..y1 {
                     let line = &patch[y * g.ow..][..g.ow];
                     let dy = (y * s + i - p) * g.w;
-                    for (x, &v) in line.iter().enumerate().take(x1).skip(x0) {
-                        out[dy + x * s + j - p] += v;
+                    if s == 1 {
+                        // Distinct slices: the compiler vectorises the adds
+                        // (each element still sums in the same order).
+                        let at = dy + x0 + j - p;
+                        for (o, &v) in out[at..at + (x1 - x0)].iter_mut().zip(&line[x0..x1]) {
+                            *o += v;
+                        }
+                    } else {
+                        for (x, &v) in line.iter().enumerate().take(x1).skip(x0) {
+                            out[dy + x * s + j - p] += v;
+                        }
                     }
                 }
             }

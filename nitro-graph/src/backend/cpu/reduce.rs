@@ -1,7 +1,19 @@
-//! Sum and max reductions. Two fast layouts cover what networks do
-//! (reducing trailing axes: softmax rows, losses; reducing leading axes:
-//! bias gradients over the batch); anything else is first permuted into the
-//! trailing layout.
+//! Sum and max reductions. After dropping size-1 axes and merging
+//! neighbours of the same kind, a reduction is a pattern of kept (K) and
+//! reduced (R) runs; four fast layouts cover what networks do:
+//! - `[K, R]` trailing (softmax rows, losses) and `[R, K]` leading (bias
+//!   gradients of dense layers, over the batch);
+//! - `[R, K, R]` middle (the bias gradient of a convolution, NCHW summed
+//!   over n, h, w): contiguous rows summed into one output each, no copy;
+//! - `[K, R, K, R]` pooling (`[n*c*oh, k, ow, k]`, max pooling and its tie
+//!   counts): the window's rows combined elementwise, then each group of
+//!   `k` neighbours.
+//!
+//! Other small interleaved windows read in place, anything else is first
+//! permuted into the trailing layout. Row folds keep [`LANES`] independent
+//! accumulators (combined in a fixed order at the end), so a sum
+//! vectorises instead of waiting on one add chain; the result depends on
+//! the shapes only, never on the thread count.
 
 use super::movement;
 use super::raw::Raw;
@@ -35,6 +47,7 @@ macro_rules! elem {
 }
 elem!(f32 => f32::NEG_INFINITY, f64 => f64::NEG_INFINITY, i32 => i32::MIN, i64 => i64::MIN);
 
+#[inline(always)]
 fn combine<T: Elem>(kind: Reduction, a: T, b: T) -> T {
     match kind {
         Reduction::Sum => a + b,
@@ -51,6 +64,7 @@ fn combine<T: Elem>(kind: Reduction, a: T, b: T) -> T {
     }
 }
 
+#[inline(always)]
 fn init<T: Elem>(kind: Reduction) -> T {
     match kind {
         Reduction::Sum => T::ZERO,
@@ -58,12 +72,39 @@ fn init<T: Elem>(kind: Reduction) -> T {
     }
 }
 
+/// Independent accumulators of a row fold.
+const LANES: usize = 8;
+
+/// `reduce(row)`: [`LANES`] interleaved partial folds, then the partials in
+/// lane order, then the tail.
+#[inline(always)]
+fn fold_row<T: Elem>(kind: Reduction, row: &[T]) -> T {
+    let mut acc = [init::<T>(kind); LANES];
+    let mut chunks = row.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = combine(kind, *a, v);
+        }
+    }
+    let total = acc.iter().fold(init(kind), |a, &b| combine(kind, a, b));
+    chunks
+        .remainder()
+        .iter()
+        .fold(total, |a, &b| combine(kind, a, b))
+}
+
+/// `acc[i] = combine(acc[i], row[i])`.
+#[inline(always)]
+fn combine_rows<T: Elem>(kind: Reduction, acc: &mut [T], row: &[T]) {
+    for (a, &v) in acc.iter_mut().zip(row) {
+        *a = combine(kind, *a, v);
+    }
+}
+
 /// out[o] = reduce(src[o*inner .. (o+1)*inner])
 fn trailing<T: Elem>(kind: Reduction, src: &[T], dst: &mut [T], inner: usize) {
     let f = |(o, out): (usize, &mut T)| {
-        *out = src[o * inner..(o + 1) * inner]
-            .iter()
-            .fold(init(kind), |a, &b| combine(kind, a, b));
+        *out = fold_row(kind, &src[o * inner..(o + 1) * inner]);
     };
     if src.len() >= PARALLEL_MIN {
         dst.par_iter_mut().enumerate().for_each(f);
@@ -80,9 +121,7 @@ fn leading<T: Elem>(kind: Reduction, src: &[T], dst: &mut [T], inner: usize) {
         let j0 = c * COLS;
         let width = out.len();
         for row in src.chunks(inner) {
-            for (o, &v) in out.iter_mut().zip(&row[j0..j0 + width]) {
-                *o = combine(kind, *o, v);
-            }
+            combine_rows(kind, out, &row[j0..j0 + width]);
         }
     };
     if src.len() >= PARALLEL_MIN {
@@ -118,6 +157,17 @@ pub fn reduce(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usiz
         );
         return;
     }
+    if !is_trailing && !is_leading {
+        match *runs(shape, axes).as_slice() {
+            [(a, true), (k, false), (c, true)] => {
+                return reduce_in(kind, src, dst, Layout::Middle { a, k, c });
+            }
+            [(k1, false), (r1, true), (k2, false), (r2, true)] => {
+                return reduce_in(kind, src, dst, Layout::Pooling { k1, r1, k2, r2 });
+            }
+            _ => {}
+        }
+    }
     if !is_trailing && !is_leading && reduced <= SMALL_WINDOW {
         return reduce_windows(kind, src, dst, shape, axes);
     }
@@ -139,6 +189,211 @@ pub fn reduce(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usiz
         if is_trailing { reduced } else { out_n },
         is_trailing,
     )
+}
+
+/// The axes of `shape` as runs `(length, reduced)`: size-1 axes dropped,
+/// neighbours of the same kind merged (row-major, so a run is contiguous).
+fn runs(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
+    let mut out: Vec<(usize, bool)> = vec![];
+    for (a, &len) in shape.iter().enumerate() {
+        if len == 1 {
+            continue;
+        }
+        let red = axes.contains(&a);
+        match out.last_mut() {
+            Some((l, r)) if *r == red => *l *= len,
+            _ => out.push((len, red)),
+        }
+    }
+    out
+}
+
+/// The two in-place layouts beyond trailing and leading.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// `[a, k, c]` reduced over `a` and `c`.
+    Middle { a: usize, k: usize, c: usize },
+    /// `[k1, r1, k2, r2]` reduced over `r1` and `r2`.
+    Pooling {
+        k1: usize,
+        r1: usize,
+        k2: usize,
+        r2: usize,
+    },
+}
+
+fn reduce_in(kind: Reduction, src: Raw, dst: Raw, layout: Layout) {
+    macro_rules! go {
+        ($t:ty) => {{
+            // SAFETY: distinct live buffers of dtype $t.
+            let (s, d) = unsafe { (src.slice::<$t>(), dst.slice_mut::<$t>()) };
+            match layout {
+                Layout::Middle { a, k, c } => middle(kind, s, d, a, k, c),
+                Layout::Pooling { k1, r1, k2, r2 } => pooling(kind, s, d, k1, r1, k2, r2),
+            }
+        }};
+    }
+    match src.dtype {
+        DType::F32 => go!(f32),
+        DType::F64 => go!(f64),
+        DType::I32 => go!(i32),
+        DType::I64 => go!(i64),
+        other => unreachable!("reduction over {other} is refused at trace time"),
+    }
+}
+
+/// Run a kernel body in the AVX2 build where the CPU has it (see
+/// `super::simd`: the same loops at a wider vector, results bit-identical),
+/// else in the baseline build. `$f(args)` names an `#[inline(always)]`
+/// function; the macro defines the `#[target_feature]` entry around it.
+macro_rules! wide {
+    ($f:ident($($arg:expr),*)) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            if super::simd::avx2() {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                unsafe { $f::avx2($($arg),*) }
+            } else {
+                $f::base($($arg),*)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            $f::base($($arg),*)
+        }
+    }};
+}
+
+/// Partial outputs of the middle layout over rows `is` of `a`.
+mod middle_rows {
+    use super::{combine, fold_row, init, Elem, Reduction};
+    use std::ops::Range;
+
+    #[inline(always)]
+    pub(super) fn base<T: Elem>(
+        kind: Reduction,
+        src: &[T],
+        out: &mut [T],
+        is: Range<usize>,
+        k: usize,
+        c: usize,
+    ) {
+        out.fill(init(kind));
+        for i in is {
+            for (j, o) in out.iter_mut().enumerate() {
+                let at = (i * k + j) * c;
+                *o = combine(kind, *o, fold_row(kind, &src[at..at + c]));
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2<T: Elem>(
+        kind: Reduction,
+        src: &[T],
+        out: &mut [T],
+        is: Range<usize>,
+        k: usize,
+        c: usize,
+    ) {
+        base(kind, src, out, is, k, c)
+    }
+}
+
+/// Pooling outputs of blocks `first..`: per block the `r1` rows of
+/// `k2*r2` elements combine elementwise, then every `r2` neighbours.
+mod pooling_blocks {
+    use super::{combine, combine_rows, init, Elem, Reduction};
+
+    #[inline(always)]
+    pub(super) fn base<T: Elem>(
+        kind: Reduction,
+        src: &[T],
+        out: &mut [T],
+        first: usize,
+        r1: usize,
+        k2: usize,
+        r2: usize,
+    ) {
+        let row = k2 * r2;
+        let mut acc = vec![init::<T>(kind); row];
+        for (b, block) in out.chunks_mut(k2).enumerate() {
+            let base = (first + b) * r1 * row;
+            acc.copy_from_slice(&src[base..base + row]);
+            for i in 1..r1 {
+                combine_rows(kind, &mut acc, &src[base + i * row..base + (i + 1) * row]);
+            }
+            for (x, w) in block.iter_mut().zip(acc.chunks_exact(r2)) {
+                *x = w.iter().fold(init(kind), |a, &b| combine(kind, a, b));
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn avx2<T: Elem>(
+        kind: Reduction,
+        src: &[T],
+        out: &mut [T],
+        first: usize,
+        r1: usize,
+        k2: usize,
+        r2: usize,
+    ) {
+        base(kind, src, out, first, r1, k2, r2)
+    }
+}
+
+/// `out[j] = reduce over i, l of src[(i*k + j)*c + l]`: each contiguous row
+/// of `c` folds into one partial, the partials of output `j` combine in
+/// order of `i`. Large inputs split `i` into a fixed number of parts (by
+/// size, not by thread count, so the result never depends on the pool),
+/// whose partial outputs combine in part order.
+fn middle<T: Elem>(kind: Reduction, src: &[T], dst: &mut [T], a: usize, k: usize, c: usize) {
+    let rows =
+        |i0: usize, i1: usize, out: &mut [T]| wide!(middle_rows(kind, src, out, i0..i1, k, c));
+    let parts = (src.len() / PARALLEL_MIN).clamp(1, a);
+    if parts == 1 {
+        return rows(0, a, dst);
+    }
+    let per = a.div_ceil(parts);
+    let mut partial = vec![init::<T>(kind); parts * k];
+    partial
+        .par_chunks_mut(k)
+        .enumerate()
+        .for_each(|(p, out)| rows((p * per).min(a), ((p + 1) * per).min(a), out));
+    dst.copy_from_slice(&partial[..k]);
+    for p in partial[k..].chunks(k) {
+        combine_rows(kind, dst, p);
+    }
+}
+
+/// `out[o*k2 + j] = reduce over i, l of src[((o*r1 + i)*k2 + j)*r2 + l]`:
+/// per `o`, the `r1` rows of `k2*r2` elements combine elementwise (a
+/// vector loop), then every `r2` neighbours.
+fn pooling<T: Elem>(
+    kind: Reduction,
+    src: &[T],
+    dst: &mut [T],
+    k1: usize,
+    r1: usize,
+    k2: usize,
+    r2: usize,
+) {
+    let row = k2 * r2;
+    // Outputs per task: whole `o` blocks of about PARALLEL_MIN/4 inputs.
+    let per_task = (PARALLEL_MIN / 4 / (r1 * row).max(1)).max(1) * k2;
+    let f = |(t, out): (usize, &mut [T])| {
+        let first = t * (per_task / k2);
+        wide!(pooling_blocks(kind, src, out, first, r1, k2, r2))
+    };
+    debug_assert_eq!(dst.len(), k1 * k2);
+    if src.len() >= PARALLEL_MIN {
+        dst.par_chunks_mut(per_task).enumerate().for_each(f);
+    } else {
+        dst.chunks_mut(per_task).enumerate().for_each(f);
+    }
 }
 
 fn reduce_layout(kind: Reduction, src: Raw, dst: Raw, inner: usize, is_trailing: bool) {

@@ -23,10 +23,10 @@ use super::codegen::{Arg, Step};
 use super::executable::gemm_call;
 use super::CudaProgram;
 use crate::error::{GraphError, Result};
-use crate::exec::Array;
 use crate::ir::NodeId;
 use crate::plan::Storage;
 use nitro_device::cuda::{GemmShape, GemmTypes};
+use nitro_device::HostArray as Array;
 use nitro_device::{DType, HostBuffer};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -181,7 +181,7 @@ impl HostEmulation {
 
     /// Run as [`CudaProgram::run`] would on a GPU: donated outputs written
     /// back into their inputs, the rest returned in
-    /// [`Program::returned_names`](crate::Program::returned_names) order.
+    /// `Program::returned_names` order.
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
         let desc = self.program.desc();
         desc.check_signature(inputs)?;

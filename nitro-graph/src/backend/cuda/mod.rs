@@ -4,7 +4,7 @@
 //!
 //! [`CudaProgram`] is the entry point. It lowers the graph once through the
 //! shared pipeline ([`ProgramDesc::lower`]: passes, schedule, memory plan,
-//! the same description a CPU [`crate::Program`] is built from; no CPU
+//! the same description a CPU `Program` is built from; no CPU
 //! program is built), then generates one CUDA kernel per fused group and per
 //! data-movement or reduction kernel; matrix products go to cuBLAS.
 //! [`CudaProgram::generate`] stops before touching a device, so the
@@ -35,10 +35,11 @@ pub use codegen::{CudaSource, Step};
 pub use executable::CudaExecutable;
 
 use crate::error::{GraphError, Result};
-use crate::exec::{Array, CompileOptions, ProgramDesc};
 use crate::ir::{Graph, TensorSpec};
+use crate::lower::{CompileOptions, ProgramDesc};
 use crate::trace::{trace, Tensor, Tracer};
 use nitro_device::cuda::{CudaBuffer, CudaDevice};
+use nitro_device::HostArray as Array;
 use nitro_device::{Device, DeviceError};
 
 fn backend(e: DeviceError) -> GraphError {
@@ -196,7 +197,7 @@ impl CudaProgram {
     }
 
     /// Upload `inputs`, run, and copy results back: donated outputs into
-    /// their inputs, the rest returned, exactly as [`crate::Program::run`].
+    /// their inputs, the rest returned, exactly as `Program::run`.
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
         self.desc.check_signature(inputs)?;
         let exe = self.exe()?;
