@@ -102,7 +102,8 @@ mod validate;
 pub use convert::program_input;
 pub use error::{HookError, Result, RunError};
 pub use experiment::{
-    Cadence, Checkpointer, Distributed, Experiment, Logger, ModelParts, Progress, Tensors,
+    Cadence, Checkpointer, Distributed, Experiment, Logger, ModelParts, NoSampler, Predictor,
+    Progress, SampleRequest, Tensors,
 };
 pub use export::{ExportError, Exported};
 pub use handle::Nitro;
