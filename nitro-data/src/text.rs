@@ -83,7 +83,7 @@ fn skipped(name: &str) -> bool {
 }
 
 /// The files a folder contributes: `*.rs` and `*.md` below it, skipping
-/// [`skipped`] names, sorted by path so the corpus is the same on every
+/// `target`, `runs` and hidden entries, sorted by path so the corpus is the same on every
 /// machine.
 pub fn corpus_files(dir: &Path) -> Result<Vec<PathBuf>, LoadError> {
     let mut out = vec![];
