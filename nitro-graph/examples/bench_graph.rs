@@ -166,7 +166,7 @@ fn gpt_tokens(rows: usize, cols: usize, vocab: usize, seed: u64) -> Array {
 fn bench_gpt_step(runs: usize) {
     let c = GptConfig::bench();
     let model = zoo::gpt(&c);
-    let params = model.init_params(0);
+    let params = model.init_params(0).expect("gpt params fit in memory");
     let x = TensorSpec::new(DType::I32, &[GPT_BATCH, c.context]);
     let mut trace_ms = vec![];
     let mut compile_ms = vec![];
@@ -228,7 +228,7 @@ fn shifted(tokens: &Array, t: usize) -> (Array, Array) {
 fn bench_gpt_predict(runs: usize) {
     let c = GptConfig::bench();
     let model = zoo::gpt(&c);
-    let params = model.init_params(0);
+    let params = model.init_params(0).expect("gpt params fit in memory");
     let names: Vec<String> = params.keys().cloned().collect();
     let mut specs: Vec<(&str, TensorSpec)> = names
         .iter()

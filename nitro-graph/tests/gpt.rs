@@ -20,7 +20,7 @@ fn tiny() -> GptConfig {
 
 fn logits(c: &GptConfig, ids: &Array) -> Vec<f32> {
     let model = zoo::gpt(c);
-    let params = model.init_params(1);
+    let params = model.init_params(1).unwrap();
     let names: Vec<String> = params.keys().cloned().collect();
     let mut specs: Vec<(&str, TensorSpec)> = names
         .iter()
@@ -68,7 +68,8 @@ fn gpt_learns_a_sequence_that_needs_context() {
     let c = tiny();
     let model = zoo::gpt(&c);
     let spec = TensorSpec::new(DType::I32, &[4, c.context]);
-    let mut step = AdamStep::with_specs(&model, model.init_params(0), &spec, &spec, 1e-2).unwrap();
+    let mut step =
+        AdamStep::with_specs(&model, model.init_params(0).unwrap(), &spec, &spec, 1e-2).unwrap();
     let rows: Vec<Vec<i32>> = (0..4)
         .map(|r| {
             let mut s = vec![r, (r * 3 + 1) % 8];

@@ -179,7 +179,7 @@ impl nitro_run::Experiment for TinyGpt {
             dropout: 0.0,
         });
         let mut params = Params::new();
-        model.init(rng, "", &mut params);
+        model.init(rng, "", &mut params)?;
         Ok(ModelParts {
             model,
             params,
