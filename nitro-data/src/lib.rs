@@ -8,7 +8,8 @@
 //! [`InMemory`], [`EpochOrder`]/[`BatchIter`] (fixed width, seeded per-epoch
 //! shuffle, resumable at `(epoch, position)`, [`ShortBatch`] policy),
 //! [`Prefetch`], [`RoutingPlan`], [`pad_to_width`]/[`slice_outputs`], the
-//! IDX/CSV/NPY/NPZ [`loaders`], and [`digits`].
+//! IDX/CSV/NPY/NPZ [`loaders`], character-level corpora ([`text`]), and
+//! [`digits`].
 //!
 //! **Does not own:** the value types. [`HostArray`], [`DType`] and
 //! [`PadFill`] are nitro-device's, re-exported here: the arrays a dataset
@@ -54,6 +55,7 @@ mod splits;
 
 pub mod digits;
 pub mod loaders;
+pub mod text;
 
 pub use batcher::{BatchItem, BatchIter, MASK_FIELD};
 pub use dataset::{Dataset, FieldSpec, InMemory};

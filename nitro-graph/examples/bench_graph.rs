@@ -1,14 +1,16 @@
 //! nitro-graph benchmarks: one JSON object per line on stdout (see
 //! shared/BENCH.md); progress on stderr. Names on the command line select
 //! benches (`sgemm`, `mlp_train_step`, `mlp_compile`, `cnn_train_step`,
-//! `mlp_predict`, `cnn_predict`); none runs all. Every line says the SIMD
+//! `mlp_predict`, `cnn_predict`, `gpt_train_step`, `gpt_predict`); none
+//! runs all. Every line says the SIMD
 //! level the gemm kernels dispatched to and the worker threads.
 
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Chain, Layer, Params};
 use nitro_graph::nn::train::AdamStep;
 use nitro_graph::nn::zoo;
-use nitro_graph::{compile, Array, CompileOptions, TensorSpec};
+use nitro_graph::nn::zoo::GptConfig;
+use nitro_graph::{compile, Array, CompileOptions, DType, TensorSpec};
 use std::time::Instant;
 
 /// `"simd":..,"threads":..` for every line: what this run really used.
@@ -159,6 +161,116 @@ fn bench_predict(name: &str, model: Chain, x: &[usize], runs: usize) {
     );
 }
 
+/// The GPT benches' batch: 16 sequences of the full context.
+const GPT_BATCH: usize = 16;
+
+/// Token ids `[rows, cols]` in `0..vocab` from a fixed seed (the peer
+/// script draws random tokens too: the step's cost does not depend on them).
+fn gpt_tokens(rows: usize, cols: usize, vocab: usize, seed: u64) -> Array {
+    let mut rng = InitRng::new(seed);
+    let ids = (0..rows * cols)
+        .map(|_| (rng.next_u64() % vocab as u64) as i32)
+        .collect::<Vec<i32>>();
+    Array::new(&[rows, cols], ids).expect("sizes match")
+}
+
+/// `gpt_train_step`: the whole Adam step of `peers/gpt_step.py`'s model
+/// (mean next-token cross-entropy over all 2048 positions), and the
+/// trace and compile times of that step (cold: a fresh trace each run).
+fn bench_gpt_step(runs: usize) {
+    let c = GptConfig::bench();
+    let model = zoo::gpt(&c);
+    let params = model.init_params(0).expect("gpt params fit in memory");
+    let x = TensorSpec::new(DType::I32, &[GPT_BATCH, c.context]);
+    let mut trace_ms = vec![];
+    let mut compile_ms = vec![];
+    let mut step = None;
+    for _ in 0..3 {
+        let s = AdamStep::with_specs(&model, params.clone(), &x, &x, 1e-3)
+            .expect("gpt train step compiles");
+        trace_ms.push(s.trace_ms());
+        compile_ms.push(s.program().stats().compile_ms);
+        step = Some(s);
+    }
+    let mut step = step.expect("compiled at least once");
+    let tokens = gpt_tokens(GPT_BATCH, c.context + 1, c.vocab, 3);
+    let (ids, next) = shifted(&tokens, c.context);
+    let mut loss0 = 0.0;
+    let ms = median(time_runs(2, runs, || {
+        let l = step.step(&ids, &next).expect("step runs");
+        if loss0 == 0.0 {
+            loss0 = l;
+        }
+    }));
+    if std::env::var_os("NITRO_PROFILE").is_some() {
+        for (ms, what) in step.profile().expect("runs").iter().take(25) {
+            eprintln!("{ms:8.3} ms  {what}");
+        }
+    }
+    let s = step.program().stats();
+    let (t, c_ms) = (median(trace_ms), median(compile_ms));
+    println!(
+        "{{\"bench\":\"gpt_train_step\",\"batch\":{GPT_BATCH},\"context\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"fused_kernels\":{},\"peak_bytes\":{},\"trace_ms\":{t:.3},\"compile_ms\":{:.3},\"compile_goal_ms\":50,\"loss0\":{loss0:.4},{}}}",
+        c.context,
+        s.kernels,
+        s.fused_kernels,
+        s.peak_bytes,
+        t + c_ms,
+        machine()
+    );
+}
+
+/// Inputs (the first `t` tokens of each row) and next-token labels
+/// (tokens `1..=t`) of `tokens [rows, t + 1]`.
+fn shifted(tokens: &Array, t: usize) -> (Array, Array) {
+    let rows = tokens.shape()[0];
+    let all: &[i32] = tokens.as_slice().expect("i32 tokens");
+    let (mut x, mut y) = (vec![], vec![]);
+    for r in 0..rows {
+        let row = &all[r * (t + 1)..(r + 1) * (t + 1)];
+        x.extend_from_slice(&row[..t]);
+        y.extend_from_slice(&row[1..]);
+    }
+    (
+        Array::new(&[rows, t], x).expect("sizes match"),
+        Array::new(&[rows, t], y).expect("sizes match"),
+    )
+}
+
+/// `gpt_predict`: the forward pass (logits `[16, 128, 96]`) of the same
+/// model, as `peers/gpt_step.py`'s eval step.
+fn bench_gpt_predict(runs: usize) {
+    let c = GptConfig::bench();
+    let model = zoo::gpt(&c);
+    let params = model.init_params(0).expect("gpt params fit in memory");
+    let names: Vec<String> = params.keys().cloned().collect();
+    let mut specs: Vec<(&str, TensorSpec)> = names
+        .iter()
+        .map(|n| (n.as_str(), params[n].spec().clone()))
+        .collect();
+    specs.push(("ids", TensorSpec::new(DType::I32, &[GPT_BATCH, c.context])));
+    let program = compile(&specs, CompileOptions::named("gpt_predict"), |_, t| {
+        let p: Params<nitro_graph::Tensor> = names.iter().cloned().zip(t.iter().cloned()).collect();
+        Ok(vec![(
+            "logits".into(),
+            model.apply(&p, "", &t[names.len()]),
+        )])
+    })
+    .expect("gpt predict compiles");
+    let mut args: Vec<Array> = names.iter().map(|n| params[n].clone()).collect();
+    args.push(gpt_tokens(GPT_BATCH, c.context, c.vocab, 5));
+    let ms = median(time_runs(3, runs, || {
+        program.run(&mut args).expect("runs");
+    }));
+    println!(
+        "{{\"bench\":\"gpt_predict\",\"batch\":{GPT_BATCH},\"context\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"compile_ms\":{:.3},{}}}",
+        c.context,
+        program.kernel_count(),
+        program.stats().compile_ms,
+        machine()
+    );
+}
+
 fn main() {
     let wanted: Vec<String> = std::env::args().skip(1).collect();
     let run = |name: &str| wanted.is_empty() || wanted.iter().any(|w| w == name);
@@ -185,5 +297,13 @@ fn main() {
     if run("cnn_predict") {
         eprintln!("bench: cnn_predict");
         bench_predict("cnn_predict", zoo::lenet5(), &[128, 1, 28, 28], 30);
+    }
+    if run("gpt_train_step") {
+        eprintln!("bench: gpt_train_step");
+        bench_gpt_step(10);
+    }
+    if run("gpt_predict") {
+        eprintln!("bench: gpt_predict");
+        bench_gpt_predict(20);
     }
 }

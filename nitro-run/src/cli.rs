@@ -17,6 +17,10 @@
 //!                kernel count and peak memory
 //! presets        list the named configurations
 //! plot           write PNG plots of a run directory's metrics
+//! sample         generate from the newest checkpoint (`--prompt`, `--steps`,
+//!                `--seed`, `--sweep FIELD=V1,V2,..` over a Device field:
+//!                one compile for the whole sweep); experiments that
+//!                implement `Experiment::sample` only
 //! ```
 //!
 //! Exit status (see also the README):
@@ -221,6 +225,14 @@ fn command<E: Experiment>() -> Command {
         .subcommand(Command::new("summary").about("Parameters per layer and in total, bytes, and the train step's kernel count and peak memory"))
         .subcommand(Command::new("presets").about("List the named configurations"))
         .subcommand(
+            Command::new("sample")
+                .about("Generate from the newest checkpoint (Experiment::sample), then print the predict program's cache counters")
+                .arg(Arg::new("prompt").long("prompt").default_value("").help("What the generation continues"))
+                .arg(Arg::new("steps").long("steps").value_name("N").default_value("200").value_parser(clap::value_parser!(usize)).help("Tokens to generate"))
+                .arg(Arg::new("seed").long("seed").value_name("N").default_value("0").value_parser(clap::value_parser!(u64)).help("Seed of the draws: the same seed gives the same output"))
+                .arg(Arg::new("sweep").long("sweep").value_name("FIELD=V1,V2,..").help("Sample once per value of a scalar f32 Device field (e.g. temperature=0.5,1.0): no recompile")),
+        )
+        .subcommand(
             Command::new("plot")
                 .about("Write PNG plots (loss, validation metrics, learning rate) of a run directory")
                 .arg(Arg::new("dir").value_name("RUN_DIR").value_parser(clap::value_parser!(PathBuf)).help("Default: --run-dir or the experiment's run_dir")),
@@ -368,7 +380,7 @@ where
     let mut n = Nitro::from_recipe_with(recipe, overrides)?;
     // Commands that run programs run them on --device; the others (export,
     // export-params, import-params) only move host values.
-    if matches!(name, "train" | "resume" | "eval" | "predict") {
+    if matches!(name, "train" | "resume" | "eval" | "predict" | "sample") {
         n.use_device(device)?;
     }
     let dir = n.frozen.run.run_dir.clone();
@@ -501,6 +513,33 @@ where
             println!("{}", path.display());
         }
         "summary" => println!("{}", n.summary()?),
+        "sample" => {
+            restore(&mut n)?;
+            let request = crate::experiment::SampleRequest {
+                prompt: sub.get_one::<String>("prompt").cloned().unwrap_or_default(),
+                steps: sub.get_one::<usize>("steps").copied().unwrap_or(200),
+                seed: sub.get_one::<u64>("seed").copied().unwrap_or(0),
+            };
+            let sweep = match sub.get_one::<String>("sweep") {
+                Some(text) => Some(parse_sweep(text)?),
+                None => None,
+            };
+            match sweep {
+                None => println!("{}", sample_once(&mut n, &request)?),
+                Some((field, values)) => {
+                    for v in values {
+                        n.set_device(&field, v)?;
+                        println!("--- {field}={v}");
+                        println!("{}", sample_once(&mut n, &request)?);
+                    }
+                }
+            }
+            let s = crate::programs::cache_stats("predict");
+            println!(
+                "cache (predict): hits {}, misses {}, compiles {}",
+                s.hits, s.misses, s.compiles
+            );
+        }
         "import-params" => {
             // Into the run's newest position (its step, optimizer state and
             // history), replacing that step's checkpoint: the import is the
@@ -525,6 +564,47 @@ where
         other => unreachable!("clap knows no subcommand `{other}`"),
     }
     Ok(())
+}
+
+/// The Nitro handle as a sampler's model: its predict program.
+impl<E: Experiment> crate::experiment::Predictor<E> for Nitro<E> {
+    fn experiment(&self) -> &E {
+        Nitro::experiment(self)
+    }
+    fn predict_batch(&mut self, batch: &Batch) -> Result<crate::HostOutputs, crate::HookError> {
+        Ok(self.predict(batch)?)
+    }
+}
+
+fn sample_once<E: Experiment>(
+    n: &mut Nitro<E>,
+    request: &crate::experiment::SampleRequest,
+) -> Result<String, Error> {
+    E::sample(n, request).map_err(|source| -> Error {
+        Box::new(crate::RunError::Hook {
+            hook: "sample",
+            source,
+        })
+    })
+}
+
+/// `FIELD=V1,V2,..` of `--sweep`.
+fn parse_sweep(text: &str) -> Result<(String, Vec<f32>), Error> {
+    let bad = || {
+        format!(
+            "--sweep `{text}`: expected FIELD=V1,V2,.. with numbers, e.g. temperature=0.5,0.8,1.2"
+        )
+    };
+    let (field, values) = text.split_once('=').ok_or_else(bad)?;
+    let values: Vec<f32> = values
+        .split(',')
+        .map(|v| v.trim().parse::<f32>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| bad())?;
+    if field.is_empty() || values.is_empty() {
+        return Err(bad().into());
+    }
+    Ok((field.to_string(), values))
 }
 
 fn print_metrics(split: &str, metrics: &BTreeMap<String, f64>) {

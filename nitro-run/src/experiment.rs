@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use nitro_data::{ShortBatch, Splits};
+use nitro_data::{Batch, ShortBatch, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::Params;
 use nitro_graph::nn::Ctx;
@@ -14,7 +14,7 @@ use nitro_graph::{Array, Tensor};
 use nitro_markers::{BatchFields, ExperimentFields, Tree};
 
 use crate::error::HookError;
-use crate::metric::Metric;
+use crate::metric::{HostOutputs, Metric};
 use crate::optim::Optimizer;
 use crate::schedule::Schedule;
 use crate::stop::Stopper;
@@ -118,6 +118,38 @@ impl Default for Logger {
             every: 100,
         }
     }
+}
+
+/// What the `sample` command asks an experiment to generate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleRequest {
+    /// The text (or other prompt) generation continues.
+    pub prompt: String,
+    /// How many tokens to generate.
+    pub steps: usize,
+    /// Seed of the sampler's draws: the same model, Device values, prompt
+    /// and seed give the same output.
+    pub seed: u64,
+}
+
+/// The trained model as a sampler drives it: forward outputs in eval mode,
+/// with the handle's current Device values (so a Device field such as a
+/// temperature changes them without a compile), for a batch of any number
+/// of rows, and the experiment's values (its GraphConst shapes). `Nitro`
+/// implements it.
+pub trait Predictor<E: ?Sized> {
+    /// The experiment as configured for this run.
+    fn experiment(&self) -> &E;
+    /// Forward outputs by leaf path (see [`crate::Nitro::predict`]).
+    fn predict_batch(&mut self, batch: &Batch) -> Result<HostOutputs, HookError>;
+}
+
+/// [`Experiment::sample`]'s default: the experiment did not implement it.
+#[derive(Debug, thiserror::Error)]
+#[error("this experiment ({experiment}) has no sampler: implement `Experiment::sample` (a generation loop over `Predictor::predict_batch`) to use `sample`")]
+pub struct NoSampler {
+    /// The experiment's name.
+    pub experiment: &'static str,
 }
 
 /// An experiment: one flat struct of knobs (`#[derive(Experiment)]`) plus
@@ -243,5 +275,19 @@ pub trait Experiment: ExperimentFields + 'static {
     /// tensor output is `output`). Empty (the default) ships them all.
     fn export_outputs(&self) -> Vec<String> {
         Vec::new()
+    }
+    /// Generates from the trained model (the `sample` command): e.g. text
+    /// from a prompt, one token per `model.predict_batch` call, drawn with
+    /// a generator seeded by `request.seed`; `model.experiment()` gives the
+    /// configured values. Returns what to print. The default refuses with
+    /// [`NoSampler`].
+    fn sample(
+        model: &mut dyn Predictor<Self>,
+        request: &SampleRequest,
+    ) -> Result<String, HookError> {
+        let _ = (model, request);
+        Err(Box::new(NoSampler {
+            experiment: Self::experiment_name(),
+        }))
     }
 }

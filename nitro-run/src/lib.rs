@@ -103,7 +103,10 @@ mod validate;
 pub use convert::program_input;
 pub use dist::Distributed;
 pub use error::{HookError, Result, RunError};
-pub use experiment::{Cadence, Checkpointer, Experiment, Logger, ModelParts, Progress, Tensors};
+pub use experiment::{
+    Cadence, Checkpointer, Experiment, Logger, ModelParts, NoSampler, Predictor, Progress,
+    SampleRequest, Tensors,
+};
 pub use export::{ExportError, Exported};
 pub use handle::Nitro;
 pub use interrupt::request_stop;

@@ -9,7 +9,7 @@
 //! `--rounds` rounds (default 3) that alternate nitro's benches and the
 //! peers', so slow drift of the machine's load hits both alike. Each nitro
 //! figure is then the median over rounds (the per-round figures are kept in
-//! `rounds_ms` / `rounds_gflops`), and the MLP and CNN lines gain the
+//! `rounds_ms` / `rounds_gflops`), and the MLP, CNN and GPT lines gain the
 //! peers' medians (`torch_eager_ms`, `torch_compile_ms`, `jax_ms`), the
 //! best of them (`best_peer`) and `ratio_vs_best_peer` = nitro's time / the
 //! best peer's (below 1 is faster); the sgemm lines gain `openblas_gflops`
@@ -32,11 +32,21 @@ const BENCH_PACKAGES: [&str; 5] = [
 
 /// Which peer measurement answers which nitro bench: (nitro bench, peer
 /// script's `bench`, its `phase`).
-const PEER_WORKLOADS: [(&str, &str, &str); 4] = [
+const PEER_WORKLOADS: [(&str, &str, &str); 6] = [
     ("mlp_train_step", "mlp", "train"),
     ("mlp_predict", "mlp", "eval"),
     ("cnn_train_step", "cnn", "train"),
     ("cnn_predict", "cnn", "eval"),
+    ("gpt_train_step", "gpt", "train"),
+    ("gpt_predict", "gpt", "eval"),
+];
+
+/// The peer script measuring each workload prefix (`mlp_` benches come
+/// from `mlp_step.py`, ...), run with `--framework torch` and `jax`.
+const PEER_SCRIPTS: [(&str, &str); 3] = [
+    ("mlp_step.py", "mlp_"),
+    ("cnn_step.py", "cnn_"),
+    ("gpt_step.py", "gpt_"),
 ];
 
 /// The peer figures each workload line gains: (field, framework, mode).
@@ -202,7 +212,7 @@ fn peer_round(
 ) -> Result<Vec<Map<String, Value>>, String> {
     let want = |b: &str| names.is_empty() || names.iter().any(|n| n == b);
     let mut runs: Vec<Vec<&str>> = vec![];
-    for (script, prefix) in [("mlp_step.py", "mlp_"), ("cnn_step.py", "cnn_")] {
+    for (script, prefix) in PEER_SCRIPTS {
         if PEER_WORKLOADS
             .iter()
             .any(|(b, _, _)| b.starts_with(prefix) && want(b))
@@ -457,6 +467,35 @@ mod tests {
         add_peers(&mut g, &peers);
         assert_eq!(number(&g, "openblas_gflops"), Some(200.0));
         assert_eq!(number(&g, "ratio_vs_best_peer"), Some(2.0));
+        let mut other = line(r#"{"bench":"cache_hit","micros":3.0}"#);
+        add_peers(&mut other, &peers);
+        assert_eq!(other.len(), 2);
+        let mut none_yet = line(r#"{"bench":"gpt_predict","batch":16,"median_ms":1.0}"#);
+        add_peers(&mut none_yet, &peers);
+        assert!(!none_yet.contains_key("ratio_vs_best_peer"));
+    }
+
+    #[test]
+    fn gpt_benches_pair_with_the_gpt_peer_script() {
+        let peers: Vec<_> = [
+            r#"{"bench":"gpt","framework":"torch","mode":"eager","phase":"train","median_ms":300.0}"#,
+            r#"{"bench":"gpt","framework":"jax","mode":"jit","phase":"train","median_ms":600.0}"#,
+            r#"{"bench":"gpt","framework":"torch","mode":"eager","phase":"eval","median_ms":80.0}"#,
+        ]
+        .iter()
+        .map(|s| line(s))
+        .collect();
+        let mut t = line(r#"{"bench":"gpt_train_step","batch":16,"median_ms":150.0}"#);
+        add_peers(&mut t, &peers);
+        assert_eq!(t["best_peer"], "torch_eager");
+        assert_eq!(number(&t, "jax_ms"), Some(600.0));
+        assert_eq!(number(&t, "ratio_vs_best_peer"), Some(0.5));
+        let mut p = line(r#"{"bench":"gpt_predict","batch":16,"median_ms":40.0}"#);
+        add_peers(&mut p, &peers);
+        assert_eq!(number(&p, "ratio_vs_best_peer"), Some(0.5));
+        assert!(PEER_SCRIPTS
+            .iter()
+            .any(|(s, p)| *s == "gpt_step.py" && "gpt_predict".starts_with(p)));
         let mut other = line(r#"{"bench":"cache_hit","micros":3.0}"#);
         add_peers(&mut other, &peers);
         assert_eq!(other.len(), 2);

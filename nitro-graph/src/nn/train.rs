@@ -56,7 +56,7 @@ pub struct AdamStepGraph {
 }
 
 impl AdamStepGraph {
-    /// Trace the step for inputs of shape `x` (batch first) and integer
+    /// Trace the step for f32 inputs of shape `x` (batch first) and integer
     /// labels `[batch]`, with learning rate `lr` (betas 0.9/0.999, eps 1e-8,
     /// no weight decay). Compile the graph for any backend.
     pub fn trace(
@@ -65,6 +65,22 @@ impl AdamStepGraph {
         x: &[usize],
         lr: f32,
     ) -> Result<AdamStepGraph> {
+        let labels = TensorSpec::new(DType::I32, x.get(..1).unwrap_or(&[]));
+        Self::trace_with(model, params, &TensorSpec::f32(x), &labels, lr)
+    }
+
+    /// [`AdamStepGraph::trace`] for inputs of any spec (e.g. `i32` token
+    /// ids `[batch, time]`) and integer labels `y` shaped like the logits
+    /// without their class axis (`[batch, time]` for a language model: the
+    /// loss is the mean over every position).
+    pub fn trace_with(
+        model: &dyn Layer,
+        params: &Params<Array>,
+        x_spec: &TensorSpec,
+        y_spec: &TensorSpec,
+        lr: f32,
+    ) -> Result<AdamStepGraph> {
+        let x = &x_spec.shape[..];
         if x.is_empty() {
             return Err(crate::GraphError::shape(
                 "AdamStep",
@@ -83,8 +99,8 @@ impl AdamStepGraph {
                     .map(|n| (format!("{prefix}.{n}"), params[n].spec().clone())),
             );
         }
-        specs.push(("x".into(), TensorSpec::f32(x)));
-        specs.push(("y".into(), TensorSpec::new(DType::I32, &x[..1])));
+        specs.push(("x".into(), x_spec.clone()));
+        specs.push(("y".into(), y_spec.clone()));
         specs.extend(HYPER.iter().map(|h| (h.to_string(), TensorSpec::f32(&[]))));
         let spec_refs: Vec<(&str, TensorSpec)> =
             specs.iter().map(|(n, s)| (n.as_str(), s.clone())).collect();
@@ -126,8 +142,8 @@ impl AdamStepGraph {
         for _ in 0..2 {
             args.extend(names.iter().map(|n| Array::zeros(params[n].spec())));
         }
-        args.push(Array::zeros(&TensorSpec::f32(x)));
-        args.push(Array::zeros(&TensorSpec::new(DType::I32, &x[..1])));
+        args.push(Array::zeros(x_spec));
+        args.push(Array::zeros(y_spec));
         args.extend([lr, 0.9, 0.999, 1e-8, 0.0, 0.0].map(Array::scalar_f32));
         Ok(AdamStepGraph {
             graph,
@@ -148,13 +164,29 @@ impl AdamStepGraph {
 impl AdamStep {
     /// Trace and compile the step on the CPU (see [`AdamStepGraph::trace`]).
     pub fn new(model: &dyn Layer, params: Params<Array>, x: &[usize], lr: f32) -> Result<AdamStep> {
+        Self::from_graph(AdamStepGraph::trace(model, &params, x, lr)?)
+    }
+
+    /// Trace and compile the step for inputs and labels of any spec (see
+    /// [`AdamStepGraph::trace_with`]).
+    pub fn with_specs(
+        model: &dyn Layer,
+        params: Params<Array>,
+        x: &TensorSpec,
+        y: &TensorSpec,
+        lr: f32,
+    ) -> Result<AdamStep> {
+        Self::from_graph(AdamStepGraph::trace_with(model, &params, x, y, lr)?)
+    }
+
+    fn from_graph(g: AdamStepGraph) -> Result<AdamStep> {
         let AdamStepGraph {
             graph,
             options,
             args,
             names,
             trace_ms,
-        } = AdamStepGraph::trace(model, &params, x, lr)?;
+        } = g;
         let program = crate::exec::compile_graph(graph, options)?;
         Ok(AdamStep {
             program,
