@@ -12,7 +12,8 @@
 
 use super::ctx::Ctx;
 use super::init::InitRng;
-use super::layers::{param, path, Activation, Dense, Dropout, Layer, LayerNorm, Params};
+use super::layer::{param, path, Layer, Params};
+use super::layers::{Activation, Dense, Dropout, LayerNorm};
 use super::ops::softmax;
 use crate::error::GraphError;
 use crate::exec::Array;

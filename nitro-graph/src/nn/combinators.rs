@@ -9,7 +9,7 @@
 
 use super::ctx::Ctx;
 use super::init::InitRng;
-use super::layers::{init_parts, path, Layer, Params};
+use super::layer::{init_parts, path, Layer, Params};
 use crate::error::GraphError;
 use crate::exec::Array;
 use crate::trace::Tensor;

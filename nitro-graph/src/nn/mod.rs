@@ -19,6 +19,7 @@ pub mod combinators;
 pub mod conv;
 pub mod ctx;
 pub mod init;
+pub mod layer;
 pub mod layers;
 pub mod loss;
 pub mod norm;

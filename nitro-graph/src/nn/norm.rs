@@ -18,7 +18,7 @@
 
 use super::ctx::{Ctx, Mode};
 use super::init::{constant_leaf, InitRng};
-use super::layers::{entry, param, path, Layer, Params};
+use super::layer::{entry, param, path, Layer, Params};
 use super::ops::mean;
 use crate::error::GraphError;
 use crate::exec::Array;
