@@ -101,12 +101,14 @@ fn nccl_type(dtype: DType) -> Result<sys::ncclDataType_t, DeviceError> {
         DType::F64 => sys::ncclDataType_t::ncclFloat64,
         DType::I32 => sys::ncclDataType_t::ncclInt32,
         DType::I64 => sys::ncclDataType_t::ncclInt64,
-        other => return Err(DeviceError::Cuda {
-            op: "ncclAllReduce".into(),
-            detail: format!(
+        other => {
+            return Err(DeviceError::Cuda {
+                op: "ncclAllReduce".into(),
+                detail: format!(
                 "all_reduce_sum of {other}: only f32, f64, i32 and i64 are summed (as on the CPU)"
             ),
-        }),
+            })
+        }
     })
 }
 
