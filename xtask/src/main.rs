@@ -148,7 +148,12 @@ const GPU_TESTS: [(&str, &str, &[&str]); 3] = [
     (
         "nitro-device",
         "nitro-device/cuda",
-        &["cuda_device", "cuda_staging", "cuda_gemm_mapping", "cuda_nccl"],
+        &[
+            "cuda_device",
+            "cuda_staging",
+            "cuda_gemm_mapping",
+            "cuda_nccl",
+        ],
     ),
     (
         "nitro-graph",
