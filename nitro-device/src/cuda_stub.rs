@@ -9,8 +9,10 @@
 //!
 //! The PTX cache is plain Rust and the same type in both builds.
 
+use crate::collective::{Communicator, ProcessGroup};
 use crate::{DType, DeviceError, HostBuffer};
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use crate::ptx_cache::{PtxCache, PtxStats, PtxStore};
 
@@ -251,6 +253,78 @@ impl PendingUpload {
     }
 }
 
+/// Always an error: this build has no CUDA support.
+pub fn probe_nccl() -> Result<(), DeviceError> {
+    Err(without("NCCL"))
+}
+
+/// Always an error: this build has no CUDA support.
+pub fn nccl_version() -> Result<(u32, u32, u32), DeviceError> {
+    Err(without("NCCL"))
+}
+
+/// The NCCL module's types, as in the real build.
+pub mod nccl {
+    pub use super::{nccl_version, probe_nccl, NcclCommunicator};
+}
+
+/// An NCCL communicator; none can exist in this build.
+#[derive(Debug)]
+pub enum NcclCommunicator {}
+
+impl NcclCommunicator {
+    /// Always an error: this build has no CUDA support.
+    pub fn init(
+        _group: &ProcessGroup,
+        device: &CudaDevice,
+    ) -> Result<NcclCommunicator, DeviceError> {
+        match *device {}
+    }
+
+    /// Always an error: this build has no CUDA support.
+    pub fn init_over(
+        _host: &dyn Communicator,
+        device: &CudaDevice,
+        _timeout: Duration,
+    ) -> Result<NcclCommunicator, DeviceError> {
+        match *device {}
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        match *self {}
+    }
+
+    /// Processes in the communicator.
+    pub fn world_size(&self) -> usize {
+        match *self {}
+    }
+
+    /// The GPU this rank's buffers live on.
+    pub fn device(&self) -> &CudaDevice {
+        match *self {}
+    }
+
+    /// Sum `buf` over the ranks.
+    pub fn all_reduce_sum(&self, _buf: &mut CudaBuffer) -> Result<(), DeviceError> {
+        match *self {}
+    }
+
+    /// `dst = Σ_ranks src` by device address.
+    ///
+    /// # Safety
+    /// As in the real build (never callable here).
+    pub unsafe fn all_reduce_sum_raw(
+        &self,
+        _src: u64,
+        _dst: u64,
+        _len: usize,
+        _dtype: DType,
+    ) -> Result<(), DeviceError> {
+        match *self {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,6 +336,8 @@ mod tests {
             probe_driver().unwrap_err(),
             nvrtc_version().unwrap_err(),
             compile_ptx("k", "", "compute_90").unwrap_err(),
+            probe_nccl().unwrap_err(),
+            nccl_version().unwrap_err(),
         ];
         for e in errors {
             assert!(matches!(e, DeviceError::BuiltWithoutCuda(_)), "{e}");

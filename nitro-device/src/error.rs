@@ -11,6 +11,31 @@ pub enum DeviceError {
     /// The CUDA driver library could not be loaded.
     #[error("no CUDA driver found: {0}; use Device::Cpu or install the NVIDIA driver")]
     NoDriver(String),
+    /// NCCL (libnccl, the GPU collectives) could not be loaded here or on
+    /// another rank of the group.
+    #[error(
+        "NCCL not found: {0}; install libnccl2 and libnccl-dev (nitro loads `libnccl.so`: with only \
+         libnccl.so.2, link it as libnccl.so in a folder on LD_LIBRARY_PATH), or run on the CPU \
+         (`--device cpu`)"
+    )]
+    NoNccl(String),
+    /// Exchanging the NCCL unique id over the host process group failed.
+    #[error("NCCL bootstrap over the process group failed: {0}")]
+    NcclBootstrap(#[source] crate::collective::CollectiveError),
+    /// An NCCL collective did not complete in time: a rank died or hangs.
+    #[error(
+        "rank {rank}: {op} on the GPU did not complete within {waited_s:.1} s: a rank died or hangs; \
+         the NCCL communicator was aborted and the job cannot continue (raise \
+         NITRO_COLLECTIVE_TIMEOUT_S if a rank is legitimately slow)"
+    )]
+    NcclTimeout {
+        /// This process's rank.
+        rank: usize,
+        /// The collective (`ncclAllReduce`).
+        op: &'static str,
+        /// Seconds waited.
+        waited_s: f64,
+    },
     /// A buffer had another dtype than the operation expected.
     #[error("dtype mismatch: expected {expected}, got {got}")]
     DType {

@@ -296,16 +296,26 @@ fn refused_dtypes_and_mixed_worlds() {
 
 #[cfg(feature = "cuda")]
 #[test]
-fn cuda_refuses_it_by_name_until_nccl() {
+fn cuda_refuses_a_group_without_an_nccl_communicator_by_name() {
     let graph = trace(&[("g", TensorSpec::f32(&[2]))], |_, t| {
         Ok(vec![("s".into(), t[0].all_reduce_sum(2))])
     })
     .unwrap();
-    let e = nitro_graph::backend::cuda::CudaProgram::generate(graph, CompileOptions::named("sum"))
+    // The source is generated (an all-reduce step); running it over two
+    // processes without NCCL is refused before any device is touched.
+    let p = nitro_graph::backend::cuda::CudaProgram::generate(graph, CompileOptions::named("sum"))
+        .unwrap();
+    assert!(
+        p.listing().contains("nccl all-reduce sum"),
+        "{}",
+        p.listing()
+    );
+    let e = p
+        .run(&mut [Array::new(&[2], vec![1.0f32, 2.0]).unwrap()])
         .unwrap_err();
     assert!(
-        e.to_string()
-            .contains("all-reduce on CUDA needs NCCL: not built yet"),
+        e.to_string().contains("all-reduce on CUDA needs NCCL"),
         "{e}"
     );
+    assert!(e.to_string().contains("NcclCommunicator"), "{e}");
 }

@@ -46,6 +46,9 @@ fn mlp_train_step_has_one_kernel_per_fused_group() {
             }
             | Step::Gemm {
                 schedule_kernel, ..
+            }
+            | Step::AllReduce {
+                schedule_kernel, ..
             } => *schedule_kernel,
         })
         .collect();

@@ -8,9 +8,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/out}
 mkdir -p "$out"
 
-# cudarc loads libnvrtc/libcublas/libcublasLt by name: put the folders that
-# hold them on the path, and link a versioned-only file (libnvrtc.so.13) to
-# the plain name it looks for.
+# cudarc loads libnvrtc/libcublas/libcublasLt/libnccl by name: put the
+# folders that hold them on the path, and link a versioned-only file
+# (libnvrtc.so.13, libnccl.so.2 from libnccl2 or the nvidia-nccl wheel) to the
+# plain name it looks for.
 links="$here/cuda-libs"
 mkdir -p "$links"
 dirs="/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu"
@@ -18,7 +19,7 @@ for sp in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>
     for d in "$sp"/nvidia/*/lib; do [ -d "$d" ] && dirs="$dirs $d"; done
 done
 path="$links"
-for lib in nvrtc cublas cublasLt; do
+for lib in nvrtc cublas cublasLt nccl; do
     found=""
     for d in $dirs; do
         if [ -e "$d/lib$lib.so" ]; then found="$d/lib$lib.so"; break; fi

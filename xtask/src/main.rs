@@ -81,9 +81,22 @@ fn ci() -> Result<(), String> {
     test()?;
     mpi::checks(cargo)?;
     // The GPU path must never stop compiling, even on a machine without one:
-    // build everything with CUDA on, and run the CUDA crates' tests (their
-    // GPU cases print "skipped: no CUDA driver" here; the generated kernels
-    // still run, through host emulation).
+    // build and lint everything with CUDA (and so NCCL) on, and run the CUDA
+    // crates' tests (their GPU cases print "skipped: no CUDA driver" here;
+    // the generated kernels still run, through host emulation).
+    cargo(
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            "nitro-run/cuda",
+            "--",
+            "-D",
+            "warnings",
+        ],
+        &[],
+    )?;
     cargo(
         &[
             "build",
@@ -135,12 +148,17 @@ const GPU_TESTS: [(&str, &str, &[&str]); 3] = [
     (
         "nitro-device",
         "nitro-device/cuda",
-        &["cuda_device", "cuda_staging", "cuda_gemm_mapping"],
+        &[
+            "cuda_device",
+            "cuda_staging",
+            "cuda_gemm_mapping",
+            "cuda_nccl",
+        ],
     ),
     (
         "nitro-graph",
         "nitro-graph/cuda",
-        &["cuda_conformance", "cuda_codegen"],
+        &["cuda_conformance", "cuda_codegen", "cuda_collective"],
     ),
     ("nitro-run", "nitro-run/cuda", &["cuda_handle"]),
 ];

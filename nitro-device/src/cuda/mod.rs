@@ -1,6 +1,7 @@
 //! The CUDA side of nitro-device (feature `cuda`): driver discovery that
 //! never panics, one context and stream per GPU, typed device buffers from a
-//! pooling allocator, host<->device copies, cuBLAS gemm and NVRTC.
+//! pooling allocator, host<->device copies, cuBLAS gemm, NVRTC, and the
+//! NCCL all-reduce between the GPUs of a data-parallel job ([`nccl`]).
 //!
 //! Everything is loaded dynamically through cudarc, so this module builds on
 //! a machine with no driver and no toolkit. cudarc's loader *panics* when a
@@ -24,6 +25,7 @@
 
 mod blas;
 mod buffer;
+pub mod nccl;
 mod nvrtc;
 mod pool;
 mod slots;
@@ -32,6 +34,7 @@ mod staging;
 pub use crate::ptx_cache::{PtxCache, PtxStats, PtxStore};
 pub use blas::{ColumnMajorCall, GemmShape, GemmTypes};
 pub use buffer::CudaBuffer;
+pub use nccl::{nccl_version, probe_nccl, NcclCommunicator};
 pub use nvrtc::{compile_ptx, nvrtc_version, CudaKernel, KernelArg};
 pub use pool::PoolStats;
 pub use slots::{

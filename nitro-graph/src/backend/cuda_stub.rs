@@ -8,7 +8,7 @@ use crate::error::{GraphError, Result};
 use crate::ir::{Graph, TensorSpec};
 use crate::lower::{CompileOptions, ProgramDesc};
 use crate::trace::{Tensor, Tracer};
-use nitro_device::cuda::{CudaBuffer, CudaDevice};
+use nitro_device::cuda::{CudaBuffer, CudaDevice, NcclCommunicator};
 use nitro_device::HostArray as Array;
 use nitro_device::{Device, DeviceError};
 
@@ -68,8 +68,27 @@ impl CudaProgram {
         match *self {}
     }
 
+    /// Run with device-resident inputs in a process group (NCCL).
+    pub fn run_device_with(
+        &self,
+        _inputs: &mut [CudaBuffer],
+        _nccl: &NcclCommunicator,
+    ) -> Result<Vec<CudaBuffer>> {
+        match *self {}
+    }
+
+    /// Check the program's world against a communicator (or none).
+    pub fn check_world(&self, _nccl: Option<&NcclCommunicator>) -> Result<()> {
+        match *self {}
+    }
+
     /// Upload, run, copy back.
     pub fn run(&self, _inputs: &mut [Array]) -> Result<Vec<Array>> {
+        match *self {}
+    }
+
+    /// Upload, run in a process group (NCCL), copy back.
+    pub fn run_with(&self, _inputs: &mut [Array], _nccl: &NcclCommunicator) -> Result<Vec<Array>> {
         match *self {}
     }
 }

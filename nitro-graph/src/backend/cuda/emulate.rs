@@ -15,6 +15,10 @@
 //! [`GemmShape`]) and real concurrency
 //! between blocks.
 //!
+//! All-reduce steps sum through the host communicator a run is given
+//! ([`HostEmulation::run_with`]), standing in for NCCL: the step's place in
+//! the launch list and the buffer it sums are the executable's.
+//!
 //! Memory: every planned slot is filled with `0xFF` bytes (NaN, -1) before
 //! each call, so a kernel that reads an intermediate before it is written
 //! shows up as a wrong result instead of passing by luck.
@@ -25,6 +29,7 @@ use super::CudaProgram;
 use crate::error::{GraphError, Result};
 use crate::ir::NodeId;
 use crate::plan::Storage;
+use nitro_device::collective::Communicator;
 use nitro_device::cuda::{GemmShape, GemmTypes};
 use nitro_device::HostArray as Array;
 use nitro_device::{DType, HostBuffer};
@@ -183,8 +188,24 @@ impl HostEmulation {
     /// back into their inputs, the rest returned in
     /// `Program::returned_names` order.
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// [`HostEmulation::run`] in a process group: each all-reduce step sums
+    /// its buffer through `comm` (host memory here, where a GPU would use
+    /// NCCL), after the same world check as [`crate::Program::run_with`].
+    pub fn run_with(&self, inputs: &mut [Array], comm: &dyn Communicator) -> Result<Vec<Array>> {
+        self.run_inner(inputs, Some(comm))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &mut [Array],
+        comm: Option<&dyn Communicator>,
+    ) -> Result<Vec<Array>> {
         let desc = self.program.desc();
         desc.check_signature(inputs)?;
+        desc.check_world(comm)?;
         let (graph, plan) = (desc.graph(), desc.plan());
         let mut args: Vec<Memory> = inputs.iter().map(|a| Memory::of(a.data())).collect();
         let mut slots: Vec<Memory> = plan
@@ -230,6 +251,29 @@ impl HostEmulation {
                     // SAFETY: as above; the plan never lets a product write
                     // over its operands.
                     unsafe { reference_gemm(types, shape, a, b, c) };
+                }
+                Step::AllReduce { node, .. } => {
+                    // Alone (a world of one, checked above) the copy before
+                    // was the whole sum.
+                    let Some(comm) = comm else { continue };
+                    let spec = &graph.nodes[*node].spec;
+                    let p = ptr(*node, &mut args, &mut slots);
+                    // SAFETY: p is the node's planned buffer, at least its
+                    // spec's bytes, and nothing else holds it during the step.
+                    let bytes = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            p as *mut u8,
+                            spec.numel() * spec.dtype.size_of(),
+                        )
+                    };
+                    let mut buf = HostBuffer::from_le_bytes(spec.dtype, bytes)
+                        .map_err(|e| GraphError::Backend(format!("host emulation: {e}")))?;
+                    comm.all_reduce_sum(&mut buf)
+                        .map_err(|source| GraphError::Collective {
+                            program: desc.name().to_string(),
+                            source,
+                        })?;
+                    bytes.copy_from_slice(&buf.to_le_bytes());
                 }
             }
         }

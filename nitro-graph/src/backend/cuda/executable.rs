@@ -1,6 +1,7 @@
 //! Running a generated module on a GPU: NVRTC compilation of every kernel
 //! (in parallel, through nitro-device's PTX cache), a workspace of device
-//! slots kept between calls, and the launch loop.
+//! slots kept between calls, and the launch loop (kernels, cuBLAS products,
+//! NCCL all-reduces, all on the device's one stream).
 //!
 //! Buffers are bound by the memory plan exactly as on the CPU: an input's
 //! node reads the caller's device buffer, a literal reads a buffer uploaded
@@ -13,7 +14,9 @@
 use super::codegen::{Arg, CudaSource, Step};
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::{MemoryPlan, Storage};
-use nitro_device::cuda::{CudaBuffer, CudaDevice, CudaKernel, GemmShape, GemmTypes, KernelArg};
+use nitro_device::cuda::{
+    CudaBuffer, CudaDevice, CudaKernel, GemmShape, GemmTypes, KernelArg, NcclCommunicator,
+};
 use nitro_device::{DType, DeviceError};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -98,12 +101,15 @@ impl CudaExecutable {
     /// Run with device-resident `inputs` (checked against the graph's
     /// signature). Donated outputs replace their inputs' contents; the other
     /// outputs are returned as new buffers, in graph output order.
+    /// All-reduce steps sum through `nccl`; without one (a world of one
+    /// run alone, which the caller checked) they are skipped.
     pub fn run(
         &self,
         graph: &Graph,
         plan: &MemoryPlan,
         steps: &[Step],
         inputs: &mut [CudaBuffer],
+        nccl: Option<&NcclCommunicator>,
     ) -> Result<Vec<CudaBuffer>, DeviceError> {
         for (decl, buf) in graph.inputs.iter().zip(inputs.iter()) {
             if buf.dtype() != decl.spec.dtype {
@@ -134,7 +140,7 @@ impl CudaExecutable {
             *guard = Some(self.new_workspace(graph, plan)?);
         }
         let ws = guard.as_mut().expect("created above");
-        self.launch_all(graph, plan, steps, inputs, ws)?;
+        self.launch_all(graph, plan, steps, inputs, ws, nccl)?;
         for &(input, output) in &plan.swapped {
             match plan.storage[graph.outputs[output].1] {
                 Storage::Slot(s) => {
@@ -176,6 +182,7 @@ impl CudaExecutable {
         steps: &[Step],
         inputs: &[CudaBuffer],
         ws: &Workspace,
+        nccl: Option<&NcclCommunicator>,
     ) -> Result<(), DeviceError> {
         let ptr = |n: NodeId| -> u64 {
             match plan.storage[n] {
@@ -215,6 +222,15 @@ impl CudaExecutable {
                             ptr(*node),
                         )?
                     };
+                }
+                Step::AllReduce { node, .. } => {
+                    let Some(nccl) = nccl else { continue };
+                    let spec = &graph.nodes[*node].spec;
+                    let p = ptr(*node);
+                    // SAFETY: the node's planned buffer holds its spec on
+                    // this device (the caller checked the communicator's
+                    // device); NCCL sums it in place on the same stream.
+                    unsafe { nccl.all_reduce_sum_raw(p, p, spec.numel(), spec.dtype)? };
                 }
             }
         }

@@ -6,7 +6,9 @@
 //! shared pipeline ([`ProgramDesc::lower`]: passes, schedule, memory plan,
 //! the same description a CPU `Program` is built from; no CPU
 //! program is built), then generates one CUDA kernel per fused group and per
-//! data-movement or reduction kernel; matrix products go to cuBLAS.
+//! data-movement or reduction kernel; matrix products go to cuBLAS, and
+//! all-reduces to NCCL through the communicator a run is given
+//! ([`CudaProgram::run_with`]; see `nitro_device::cuda::nccl`).
 //! [`CudaProgram::generate`] stops before touching a device, so the
 //! generated source can be printed and tested on any machine;
 //! [`CudaProgram::compile_graph`] also compiles and loads it, and is where a
@@ -38,7 +40,7 @@ use crate::error::{GraphError, Result};
 use crate::ir::{Graph, TensorSpec};
 use crate::lower::{CompileOptions, ProgramDesc};
 use crate::trace::{trace, Tensor, Tracer};
-use nitro_device::cuda::{CudaBuffer, CudaDevice};
+use nitro_device::cuda::{CudaBuffer, CudaDevice, NcclCommunicator};
 use nitro_device::HostArray as Array;
 use nitro_device::{Device, DeviceError};
 
@@ -74,13 +76,6 @@ impl CudaProgram {
     /// Compile `graph` and generate its CUDA source, without a device.
     pub fn generate(graph: Graph, options: CompileOptions) -> Result<CudaProgram> {
         let desc = ProgramDesc::lower(graph, options)?;
-        if let Some(world) = desc.world_size() {
-            return Err(GraphError::Backend(format!(
-                "program `{}`: all-reduce on CUDA needs NCCL: not built yet (an all_reduce_sum \
-                 over {world} processes); run data-parallel training on the CPU for now",
-                desc.name()
-            )));
-        }
         let source = codegen::generate(desc.graph(), desc.schedule());
         Ok(CudaProgram {
             desc,
@@ -159,6 +154,12 @@ impl CudaProgram {
                         graph.nodes[*node].spec
                     )
                 }
+                Step::AllReduce { node, .. } => {
+                    format!(
+                        "  s{i}: nccl all-reduce sum %{node}: {}\n",
+                        graph.nodes[*node].spec
+                    )
+                }
             };
         }
         s + "\n" + &self.source.source
@@ -176,7 +177,71 @@ impl CudaProgram {
     /// Run with device-resident inputs: donated outputs replace their
     /// inputs' contents, the others come back (in
     /// [`ProgramDesc::returned_names`] order) as new device buffers.
+    ///
+    /// A program with all-reduces over more than one process needs
+    /// [`CudaProgram::run_device_with`]; alone, a world of one's all-reduce
+    /// is the identity, as on the CPU.
     pub fn run_device(&self, inputs: &mut [CudaBuffer]) -> Result<Vec<CudaBuffer>> {
+        self.run_device_inner(inputs, None)
+    }
+
+    /// [`CudaProgram::run_device`] in a process group: every all-reduce
+    /// sums over the GPUs of `nccl` (this rank's communicator, on the
+    /// program's device), which must have the world size the program was
+    /// traced for. The communicator is used for this call only.
+    pub fn run_device_with(
+        &self,
+        inputs: &mut [CudaBuffer],
+        nccl: &NcclCommunicator,
+    ) -> Result<Vec<CudaBuffer>> {
+        self.run_device_inner(inputs, Some(nccl))
+    }
+
+    /// Check that the program may run with `nccl` (or alone, with `None`):
+    /// the rule of [`ProgramDesc::check_world`], with NCCL in the place of
+    /// the host communicator, and the communicator on the program's GPU.
+    pub fn check_world(&self, nccl: Option<&NcclCommunicator>) -> Result<()> {
+        if let (Some(c), Some(exe)) = (nccl, self.exe.as_ref()) {
+            if c.device().ordinal() != exe.device().ordinal() {
+                return Err(GraphError::Backend(format!(
+                    "program `{}` runs on cuda:{} but its NCCL communicator is on cuda:{}; \
+                     initialise the communicator on the program's device",
+                    self.desc.name(),
+                    exe.device().ordinal(),
+                    c.device().ordinal()
+                )));
+            }
+        }
+        let Some(compiled) = self.desc.world_size() else {
+            return Ok(());
+        };
+        let given = nccl.map_or(1, |c| c.world_size());
+        if given == compiled {
+            return Ok(());
+        }
+        Err(GraphError::World {
+            program: self.desc.name().to_string(),
+            compiled,
+            given: match nccl {
+                None => "alone".into(),
+                Some(c) => format!("in a group of {}", c.world_size()),
+            },
+            hint: match nccl {
+                None if compiled > 1 => {
+                    "all-reduce on CUDA needs NCCL: call `run_with` (or `run_device_with`) with \
+                     this rank's NcclCommunicator (NcclCommunicator::init over the process group, \
+                     one GPU per rank; launch under mpirun -n N)"
+                }
+                _ => "trace and compile it again for this world (the world size is part of its graph and key)",
+            },
+        })
+    }
+
+    fn run_device_inner(
+        &self,
+        inputs: &mut [CudaBuffer],
+        nccl: Option<&NcclCommunicator>,
+    ) -> Result<Vec<CudaBuffer>> {
         let graph = self.desc.graph();
         if inputs.len() != graph.inputs.len() {
             return Err(GraphError::Arity {
@@ -191,15 +256,31 @@ impl CudaProgram {
                     .join(", "),
             });
         }
+        self.check_world(nccl)?;
         self.exe()?
-            .run(graph, self.desc.plan(), &self.source.steps, inputs)
+            .run(graph, self.desc.plan(), &self.source.steps, inputs, nccl)
             .map_err(backend)
     }
 
     /// Upload `inputs`, run, and copy results back: donated outputs into
     /// their inputs, the rest returned, exactly as `Program::run`.
     pub fn run(&self, inputs: &mut [Array]) -> Result<Vec<Array>> {
+        self.run_inner(inputs, None)
+    }
+
+    /// [`CudaProgram::run`] in a process group, summing every all-reduce
+    /// over the GPUs of `nccl` (see [`CudaProgram::run_device_with`]).
+    pub fn run_with(&self, inputs: &mut [Array], nccl: &NcclCommunicator) -> Result<Vec<Array>> {
+        self.run_inner(inputs, Some(nccl))
+    }
+
+    fn run_inner(
+        &self,
+        inputs: &mut [Array],
+        nccl: Option<&NcclCommunicator>,
+    ) -> Result<Vec<Array>> {
         self.desc.check_signature(inputs)?;
+        self.check_world(nccl)?;
         let exe = self.exe()?;
         let dev = exe.device();
         let mut bufs = inputs
@@ -207,7 +288,7 @@ impl CudaProgram {
             .map(|a| dev.upload(a.data())?.reshape(a.shape()))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(backend)?;
-        let outs = self.run_device(&mut bufs)?;
+        let outs = self.run_device_inner(&mut bufs, nccl)?;
         let (graph, plan) = (self.desc.graph(), self.desc.plan());
         for &(input, _) in plan.donations() {
             *inputs[input].data_mut() = bufs[input].download().map_err(backend)?;
