@@ -58,6 +58,9 @@ use crate::report::{config_table, set_config_report};
 
 type Error = Box<dyn std::error::Error>;
 
+mod sample;
+use sample::{parse_sweep, sample_once};
+
 /// Runs the command line of experiment `E` from the process arguments and
 /// exits with the status [`exit_code`] gives (0 on success; see the module
 /// doc), the error printed to stderr.
@@ -564,47 +567,6 @@ where
         other => unreachable!("clap knows no subcommand `{other}`"),
     }
     Ok(())
-}
-
-/// The Nitro handle as a sampler's model: its predict program.
-impl<E: Experiment> crate::experiment::Predictor<E> for Nitro<E> {
-    fn experiment(&self) -> &E {
-        Nitro::experiment(self)
-    }
-    fn predict_batch(&mut self, batch: &Batch) -> Result<crate::HostOutputs, crate::HookError> {
-        Ok(self.predict(batch)?)
-    }
-}
-
-fn sample_once<E: Experiment>(
-    n: &mut Nitro<E>,
-    request: &crate::experiment::SampleRequest,
-) -> Result<String, Error> {
-    E::sample(n, request).map_err(|source| -> Error {
-        Box::new(crate::RunError::Hook {
-            hook: "sample",
-            source,
-        })
-    })
-}
-
-/// `FIELD=V1,V2,..` of `--sweep`.
-fn parse_sweep(text: &str) -> Result<(String, Vec<f32>), Error> {
-    let bad = || {
-        format!(
-            "--sweep `{text}`: expected FIELD=V1,V2,.. with numbers, e.g. temperature=0.5,0.8,1.2"
-        )
-    };
-    let (field, values) = text.split_once('=').ok_or_else(bad)?;
-    let values: Vec<f32> = values
-        .split(',')
-        .map(|v| v.trim().parse::<f32>())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|_| bad())?;
-    if field.is_empty() || values.is_empty() {
-        return Err(bad().into());
-    }
-    Ok((field.to_string(), values))
 }
 
 fn print_metrics(split: &str, metrics: &BTreeMap<String, f64>) {
