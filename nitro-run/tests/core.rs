@@ -19,7 +19,8 @@ use nitro_run::{
     Optimizer, Progress, RunError,
 };
 
-/// Compile counters are process-wide: tests that read them take turns.
+/// Compile counters and the config-report switch are process-wide: every
+/// test here takes turns (one that did not raced the step-API free test).
 static LOCK: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -348,6 +349,7 @@ impl nitro_run::Experiment for Derived {
 
 #[test]
 fn derive_is_recomputed_on_resume_never_restored() {
+    let _g = lock();
     set_config_report(false);
     let dir = tempfile::tempdir().unwrap();
     let build = |seed: u64| {
@@ -521,6 +523,7 @@ fn assert_update_matches(got: &[(String, Vec<f64>)], weight_decay: f64, api: &st
 
 #[test]
 fn f64_adam_and_adamw_steps_equal_the_reference_through_both_apis() {
+    let _g = lock();
     set_config_report(false);
     for wd in [0.0, 0.1] {
         // Nitro::train: one update of one full batch.
@@ -623,6 +626,7 @@ impl nitro_run::Experiment for Big {
 
 #[test]
 fn a_large_unmarked_field_is_abbreviated_not_stored() {
+    let _g = lock();
     set_config_report(true);
     for len in [13_000usize, 13_200] {
         let dir = tempfile::tempdir().unwrap();
@@ -726,6 +730,7 @@ impl nitro_run::Experiment for Metrics {
 
 #[test]
 fn a_metric_that_cannot_be_computed_fails_at_setup() {
+    let _g = lock();
     set_config_report(false);
     let dir = tempfile::tempdir().unwrap();
     let e = |output: &str, field: &str| Metrics {
