@@ -53,7 +53,7 @@ pub mod trace;
 
 pub use error::{GraphError, Result};
 pub use exec::{
-    compile, compile_graph, jit, Array, CompileOptions, Executable, Program, ProgramDesc,
+    compile, compile_graph, jit, Array, CompileOptions, Executable, Group, Program, ProgramDesc,
     ProgramStats, Role, Runtime, Signature, Value,
 };
 pub use ir::{Graph, TensorSpec};

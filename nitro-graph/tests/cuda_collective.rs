@@ -11,12 +11,16 @@
 mod cuda_harness;
 
 use cuda_harness::{compare, conform, conformance, data, runner, Target};
-use nitro_device::collective::{Backend, CollectiveError, Communicator, ProcessGroup};
+use std::sync::Arc;
+
+use nitro_device::collective::{
+    Backend, CollectiveError, Communicator, ProcessGroup, SingleProcess,
+};
 use nitro_graph::backend::cuda::emulate::{self, HostEmulation};
 use nitro_graph::backend::cuda::CudaProgram;
 use nitro_graph::{
-    compile_graph, trace, Array, CompileOptions, DType, Device, Graph, HostBuffer, Result,
-    TensorSpec,
+    compile_graph, trace, Array, CompileOptions, DType, Device, Executable, Graph, Group,
+    HostBuffer, Result, Runtime, TensorSpec,
 };
 
 /// A program of a fused group, its all-reduce over `world`, and math after
@@ -110,6 +114,12 @@ conformance! {
                     // Alone, a program over two processes is refused by name.
                     let err = e.run(&mut want_args.clone()).unwrap_err().to_string();
                     assert!(err.contains("all-reduces over 2 processes but was run alone"), "{err}");
+                    // Through the device-neutral surface, a host communicator
+                    // alone does not make a GPU program's group: refused by name.
+                    let (graph, options) = program(2, dtype, &[8, 125]).unwrap();
+                    let exe = Executable::Cuda(Arc::new(CudaProgram::generate(graph, options).unwrap()));
+                    let err = exe.run_with(&mut want_args.clone(), Group::host(&twin)).unwrap_err().to_string();
+                    assert!(err.contains("all-reduce on CUDA needs NCCL"), "{err}");
                     e.run_with(&mut want_args.clone(), &twin).unwrap()
                 }
                 Target::Nvrtc => {
@@ -189,5 +199,38 @@ fn cuda_a_world_of_one_runs_through_nccl() {
         "{e}"
     );
     let e = two.run(&mut args.clone()).unwrap_err().to_string();
+    assert!(e.contains("all-reduce on CUDA needs NCCL"), "{e}");
+    // The device-neutral surface nitro-run calls: a group's NCCL
+    // communicator reaches the GPU program, over resident values too.
+    let exe = Executable::Cuda(Arc::new(program_for(1).unwrap()));
+    let group = Group {
+        host: &SingleProcess,
+        nccl: Some(&nccl),
+    };
+    let got = exe.run_with(&mut args.clone(), group).unwrap();
+    compare(
+        &format!("{test} Executable::run_with"),
+        &got[0],
+        &want[0],
+        0.0,
+    );
+    let runtime = Runtime::Cuda(dev.clone());
+    let mut values = vec![runtime.resident(&args[0]).unwrap()];
+    let outs = exe.run_values_with(&mut values, group).unwrap();
+    let sum = outs[0].to_host(&[8, 125]).unwrap();
+    compare(
+        &format!("{test} Executable::run_values_with"),
+        &sum,
+        &want[0],
+        0.0,
+    );
+    // A two-GPU program given the host communicator alone is refused
+    // before anything moves to the device, never run alone.
+    let two = Executable::Cuda(Arc::new(two));
+    let mut values = vec![runtime.resident(&args[0]).unwrap()];
+    let e = two
+        .run_values_with(&mut values, Group::host(&Twin))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("all-reduce on CUDA needs NCCL"), "{e}");
 }

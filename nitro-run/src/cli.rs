@@ -384,6 +384,12 @@ where
     // Commands that run programs run them on --device; the others (export,
     // export-params, import-params) only move host values.
     if matches!(name, "train" | "resume" | "eval" | "predict" | "sample") {
+        // A bare `cuda` under mpirun is the GPU of this rank's local rank
+        // (one process per GPU); `cuda:N` is taken as written.
+        let device = match (device_text, device) {
+            ("cuda" | "gpu", Device::Cuda(_)) => Device::Cuda(n.distributed().local_rank()),
+            _ => device,
+        };
         n.use_device(device)?;
     }
     let dir = n.frozen.run.run_dir.clone();

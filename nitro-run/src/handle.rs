@@ -120,9 +120,12 @@ impl<E: Experiment> Nitro<E> {
     /// GPU is opened now, so a missing driver is an error here, naming the
     /// fix, not at the first step. Switching back syncs the values to the
     /// host and frees the GPU copies. Programs compile on first use per
-    /// device (the device is part of every compile key).
+    /// device (the device is part of every compile key). In a
+    /// data-parallel job every rank calls it at the same point, each with its
+    /// own GPU: a GPU's NCCL communicator is bootstrapped here, and the train
+    /// step's all-reduce sums device buffers through it.
     pub fn use_device(&mut self, device: nitro_graph::Device) -> Result<()> {
-        self.values.use_device(device)
+        self.values.use_device(device, &self.dist)
     }
 
     /// The device this handle's programs run on.

@@ -35,11 +35,22 @@
 //! and drops the resident copies ([`Values::host_replaced`]); a Device value
 //! written on the host (`set_device`, a schedule) marks the resident Device
 //! values dirty and they are uploaded before the next call.
+//!
+//! **Data parallel on GPUs.** In a world larger than one, opening a GPU
+//! also bootstraps this rank's NCCL communicator on it over the process
+//! group (every rank opens its device at the same point of the command, so
+//! the collective bootstrap lines up), and each call's all-reduces sum
+//! device buffers through it ([`Group`]); CPU programs sum host buffers
+//! through the group's communicator.
+
+use std::sync::Arc;
 
 use nitro_device::collective::Communicator;
+use nitro_device::cuda::NcclCommunicator;
 use nitro_device::DeviceError;
-use nitro_graph::{Array, Device, Executable, GraphError, Runtime, Value};
+use nitro_graph::{Array, Device, Executable, GraphError, Group, Runtime, Value};
 
+use crate::dist::Distributed;
 use crate::error::{Result, RunError};
 
 /// A step's batch inputs: host arrays, or values already on their way to
@@ -72,6 +83,8 @@ pub(crate) struct Values {
 /// The execution device and, on a GPU, the resident values.
 struct Placement {
     runtime: Runtime,
+    /// This rank's NCCL communicator on the GPU, in a world larger than one.
+    nccl: Option<Arc<NcclCommunicator>>,
     /// Whether the host params/state/opt are older than the resident ones.
     host_stale: bool,
     resident: Option<Resident>,
@@ -154,6 +167,7 @@ impl Values {
             device,
             placement: Placement {
                 runtime: Runtime::Cpu,
+                nccl: None,
                 host_stale: false,
                 resident: None,
             },
@@ -175,19 +189,32 @@ impl Values {
     /// GPU is opened now, so a missing driver is an error here, naming the
     /// fix, not at the first step. Switching back syncs the values to the
     /// host and frees the GPU copies. Programs compile on first use per
-    /// device (the device is part of every compile key).
-    pub(crate) fn use_device(&mut self, device: Device) -> Result<()> {
+    /// device (the device is part of every compile key). In a world larger
+    /// than one every rank calls this together: a GPU's NCCL communicator
+    /// is bootstrapped over `dist` here.
+    pub(crate) fn use_device(&mut self, device: Device, dist: &Distributed) -> Result<()> {
         if device == self.placement.device() {
             return Ok(());
         }
         self.sync_host()?;
         let runtime = Runtime::open(device).map_err(|e| open_error(device, e))?;
-        if device != Device::Cpu {
+        let mut nccl = None;
+        if let Runtime::Cuda(gpu) = &runtime {
             crate::ptx_store::install_global();
             tracing::info!(target: "nitro::setup", device = %device, gpu = runtime.name(), "programs run on the GPU");
+            if dist.world_size() > 1 {
+                let comm = NcclCommunicator::init(dist.group(), gpu).map_err(|e| RunError::Device {
+                    device,
+                    reason: format!("rank {} could not join NCCL: {e}", dist.rank()),
+                    fix: "install NCCL (libnccl2) on every host, give every rank its own GPU \
+                          (`--device cuda` takes the local rank's), or run on the CPU with `--device cpu`",
+                })?;
+                nccl = Some(Arc::new(comm));
+            }
         }
         self.placement = Placement {
             runtime,
+            nccl,
             host_stale: false,
             resident: None,
         };
@@ -295,7 +322,7 @@ impl Values {
             // In a data-parallel job the train step's all-reduce sums over
             // the group; a world of one calls the program alone.
             |args| match comm {
-                Some(c) => exe.run_with(args, c),
+                Some(c) => exe.run_with(args, Group::host(c)),
                 None => exe.run(args),
             },
         );
@@ -325,6 +352,7 @@ impl Values {
         };
         let dev_err = |e: GraphError| device_error(device, e.to_string());
         let runtime = self.placement.runtime.clone();
+        let nccl = self.placement.nccl.clone();
         let upload = |arrays: &[Array]| {
             arrays
                 .iter()
@@ -370,7 +398,13 @@ impl Values {
             ],
             incoming,
             |args| match comm {
-                Some(c) => exe.run_values_with(args, c),
+                Some(host) => exe.run_values_with(
+                    args,
+                    Group {
+                        host,
+                        nccl: nccl.as_deref(),
+                    },
+                ),
                 None => exe.run_values(args),
             },
         );

@@ -13,6 +13,9 @@
 //!   ahead of the call that reads them) and read back.
 //! - [`Value`]: a program argument or result: a host array, a device buffer,
 //!   or a staged upload.
+//! - [`Group`]: what a call's all-reduces sum over in a process group: the
+//!   host communicator (a CPU program's) and, for a GPU program, this
+//!   rank's NCCL communicator on that GPU.
 //!
 //! On the CPU a value is its host array and residency costs nothing; with
 //! the `cuda` feature off the CUDA variants still exist but can never hold a
@@ -25,7 +28,7 @@ use crate::error::{GraphError, Result};
 use crate::ir::{Graph, TensorSpec};
 use crate::trace::{trace, Tensor, Tracer};
 use nitro_device::collective::Communicator;
-use nitro_device::cuda::{CudaBuffer, CudaDevice, PendingUpload};
+use nitro_device::cuda::{CudaBuffer, CudaDevice, NcclCommunicator, PendingUpload};
 use nitro_device::{Device, DeviceError};
 use std::sync::Arc;
 
@@ -41,6 +44,26 @@ pub enum Executable {
     /// Runs on a GPU (generated kernels over the same description; it holds
     /// no CPU program).
     Cuda(Arc<CudaProgram>),
+}
+
+/// The process group of one program call: a CPU program sums its
+/// all-reduces over `host` (MPI on host buffers), a GPU program over `nccl`
+/// (device buffers, this rank's communicator on the program's GPU). A GPU
+/// program of a world larger than one given no `nccl` is refused by name,
+/// never run alone.
+#[derive(Clone, Copy, Debug)]
+pub struct Group<'a> {
+    /// The host communicator (every rank has one).
+    pub host: &'a dyn Communicator,
+    /// This rank's NCCL communicator, when its programs run on a GPU.
+    pub nccl: Option<&'a NcclCommunicator>,
+}
+
+impl<'a> Group<'a> {
+    /// A group of host processes only (CPU programs).
+    pub fn host(host: &'a dyn Communicator) -> Group<'a> {
+        Group { host, nccl: None }
+    }
 }
 
 /// A program argument or result, where it lives.
@@ -233,25 +256,21 @@ impl Executable {
     }
 
     /// [`Executable::run`] in a process group: all-reduces sum over the
-    /// ranks of `comm` (see [`Program::run_with`]).
-    pub fn run_with(&self, inputs: &mut [Array], comm: &dyn Communicator) -> Result<Vec<Array>> {
+    /// group's ranks (see [`Group`] and [`Program::run_with`]).
+    pub fn run_with(&self, inputs: &mut [Array], group: Group<'_>) -> Result<Vec<Array>> {
         match self {
-            Executable::Cpu(p) => p.run_with(inputs, comm),
-            Executable::Cuda(p) => {
-                p.desc().check_world(Some(comm))?;
-                p.run(inputs)
-            }
+            Executable::Cpu(p) => p.run_with(inputs, group.host),
+            Executable::Cuda(p) => match group.nccl {
+                Some(nccl) => p.run_with(inputs, nccl),
+                None => p.run(inputs),
+            },
         }
     }
 
     /// [`Executable::run_values`] in a process group (see
     /// [`Executable::run_with`]).
-    pub fn run_values_with(
-        &self,
-        args: &mut [Value],
-        comm: &dyn Communicator,
-    ) -> Result<Vec<Value>> {
-        self.run_values_in(args, Some(comm))
+    pub fn run_values_with(&self, args: &mut [Value], group: Group<'_>) -> Result<Vec<Value>> {
+        self.run_values_in(args, Some(group))
     }
 
     /// Call with values wherever they live. Donated outputs replace their
@@ -264,17 +283,13 @@ impl Executable {
         self.run_values_in(args, None)
     }
 
-    fn run_values_in(
-        &self,
-        args: &mut [Value],
-        comm: Option<&dyn Communicator>,
-    ) -> Result<Vec<Value>> {
+    fn run_values_in(&self, args: &mut [Value], group: Option<Group<'_>>) -> Result<Vec<Value>> {
         let desc = self.desc();
         let specs: Vec<TensorSpec> = args.iter().map(Value::spec).collect();
         desc.check_specs(specs.iter())?;
-        desc.check_world(comm)?;
         match self {
             Executable::Cpu(p) => {
+                desc.check_world(group.map(|g| g.host))?;
                 if args.iter().any(|v| !matches!(v, Value::Host(_))) {
                     return Err(GraphError::Backend(format!(
                         "program `{}` runs on the CPU; a device value reached it",
@@ -288,8 +303,8 @@ impl Executable {
                         _ => unreachable!("checked above"),
                     })
                     .collect();
-                let result = match comm {
-                    Some(c) => p.run_with(&mut arrays, c),
+                let result = match group {
+                    Some(g) => p.run_with(&mut arrays, g.host),
                     None => p.run(&mut arrays),
                 };
                 for (v, a) in args.iter_mut().zip(arrays) {
@@ -298,6 +313,9 @@ impl Executable {
                 Ok(result?.into_iter().map(Value::Host).collect())
             }
             Executable::Cuda(p) => {
+                // Refused before any argument moves to the device.
+                let nccl = group.and_then(|g| g.nccl);
+                p.check_world(nccl)?;
                 let device = p.device().cloned().ok_or_else(|| {
                     GraphError::Backend(format!(
                         "program `{}` was generated without a device",
@@ -335,7 +353,10 @@ impl Executable {
                         _ => unreachable!("moved to the device above"),
                     })
                     .collect();
-                let result = p.run_device(&mut bufs);
+                let result = match nccl {
+                    Some(nccl) => p.run_device_with(&mut bufs, nccl),
+                    None => p.run_device(&mut bufs),
+                };
                 let donated: Vec<usize> = desc.plan().donations().map(|&(i, _)| i).collect();
                 for (i, ((v, b), host)) in args.iter_mut().zip(bufs).zip(hosts).enumerate() {
                     *v = match host {

@@ -9,7 +9,7 @@ mod program;
 pub mod signature;
 
 pub use array::Array;
-pub use executable::{Executable, Runtime, Value};
+pub use executable::{Executable, Group, Runtime, Value};
 pub use program::{
     compile, compile_graph, jit, CompileOptions, Program, ProgramDesc, ProgramStats,
 };
