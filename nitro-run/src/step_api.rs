@@ -22,6 +22,10 @@
 //!
 //! Programs are tied to their [`ModelAndParams`]: dropping it frees them.
 //!
+//! **One process.** A step trains on this process alone: under `mpirun -n
+//! N` every rank trains its own copy (the first step warns once per
+//! process). Data-parallel training is `Nitro`'s (an `Experiment`).
+//!
 //! **A smaller final batch** compiles one additional program for its shape,
 //! once, then reuses it (Flux's choice, and the cache counters show it);
 //! there is no padding in this API, so the loss of that batch is exactly the
@@ -326,6 +330,7 @@ where
     F: Fn(&M, &Ctx, &Params<Tensor>, &[Tensor]) -> L + 'static,
     L: LossValue,
 {
+    warn_if_launched_in_a_group();
     let kind = if with_grads {
         "trainstep_withgradient"
     } else {
@@ -450,6 +455,27 @@ where
 }
 
 /// The step's graph: forward, loss, reverse pass and optimizer update.
+/// The step API trains on this process alone. Under `mpirun -n N` each
+/// rank would silently train its own copy on whatever data it was given,
+/// so the first step says so, once per process, on stderr (a warning, not
+/// a refusal: N independent loops, a seed or hyperparameter search, are a
+/// legitimate use of a launcher).
+fn warn_if_launched_in_a_group() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(Some(launch)) = nitro_device::collective::Launch::from_env() {
+            if launch.world_size > 1 {
+                eprintln!(
+                    "nitro: warning: rank {} of {}: the step API (`trainstep`) is not data-parallel; \
+                     every rank trains alone on its own batches. For data-parallel training write \
+                     an Experiment and run it with `Nitro` (its train step all-reduces the gradients)",
+                    launch.rank, launch.world_size
+                );
+            }
+        }
+    });
+}
+
 fn trace_step<M, F, L>(
     loss_fn: &F,
     model: &ModelAndParams<M>,

@@ -145,3 +145,41 @@ fn train_stops_with_an_error_on_a_non_finite_loss() {
     }
     assert_eq!(opt.step(), 2, "the non-finite step is not counted");
 }
+
+/// Under a launcher's world of two, the first step warns once that the
+/// step API trains this rank alone (the test runs itself again with Open
+/// MPI's variables set, so this process's environment stays clean; the
+/// step API only reads them, it joins no group).
+#[test]
+fn under_a_launcher_the_step_api_warns_it_is_not_data_parallel() {
+    if std::env::var_os("NITRO_STEP_API_CHILD").is_some() {
+        let mut m = model();
+        let mut opt = OptState::new(Optimizer::sgd(0.1), &m);
+        for _ in 0..3 {
+            trainstep(&loss, &mut m, &batch(8, 0.0), &mut opt).unwrap();
+        }
+        return;
+    }
+    let run = |vars: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--exact",
+            "under_a_launcher_the_step_api_warns_it_is_not_data_parallel",
+            "--nocapture",
+        ])
+        .env("NITRO_STEP_API_CHILD", "1")
+        .env_remove("OMPI_COMM_WORLD_SIZE")
+        .env_remove("PMI_SIZE");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = run(&[("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_RANK", "1")]);
+    assert_eq!(err.matches("is not data-parallel").count(), 1, "{err}");
+    assert!(err.contains("rank 1 of 2") && err.contains("Experiment"), "{err}");
+    let alone = run(&[]);
+    assert!(!alone.contains("data-parallel"), "{alone}");
+}
