@@ -58,8 +58,30 @@ use crate::report::{config_table, set_config_report};
 
 type Error = Box<dyn std::error::Error>;
 
+mod error;
 mod sample;
+pub use error::{exit_code, CliError};
 use sample::{parse_sweep, sample_once};
+
+/// `eprintln!` on rank 0 only: every rank of a data-parallel job runs the
+/// command, and the job's output is one copy of its lines (errors are
+/// printed by every rank: each names what it saw).
+macro_rules! note {
+    ($root:expr, $($arg:tt)*) => {
+        if $root {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
+/// `println!` on rank 0 only (see `note!`).
+macro_rules! say {
+    ($root:expr, $($arg:tt)*) => {
+        if $root {
+            println!($($arg)*);
+        }
+    };
+}
 
 /// Runs the command line of experiment `E` from the process arguments and
 /// exits with the status [`exit_code`] gives (0 on success; see the module
@@ -74,55 +96,6 @@ pub fn main<E: Experiment>() {
                 std::process::exit(exit_code(&*e));
             }
         },
-    }
-}
-
-/// Why a command did not do what was asked, besides the errors of the
-/// library it drives.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Training stopped early on request (Ctrl-C), after saving.
-    #[error("interrupted at step {step}; {saved}")]
-    Interrupted {
-        /// Updates done.
-        step: u64,
-        /// What was saved and how to continue.
-        saved: String,
-    },
-    /// A command that needs trained params found none.
-    #[error("`{command}`: no usable checkpoint in `{}` ({why}); train first: `{program} train --run-dir {}`", dir.display(), dir.display())]
-    NoCheckpoint {
-        /// The command.
-        command: String,
-        /// The run directory.
-        dir: PathBuf,
-        /// Missing directory, or no (intact) checkpoint in it.
-        why: &'static str,
-        /// The program's name, for the advice.
-        program: String,
-    },
-}
-
-/// The exit status for an error of [`run`] (see the module doc).
-pub fn exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
-    if let Some(e) = e.downcast_ref::<CliError>() {
-        return match e {
-            CliError::Interrupted { .. } => 130,
-            CliError::NoCheckpoint { .. } => 3,
-        };
-    }
-    if let Some(e) = e.downcast_ref::<clap::Error>() {
-        return e.exit_code();
-    }
-    let refused_value = e.downcast_ref::<nitro_markers::ConfigError>().is_some()
-        || matches!(
-            e.downcast_ref::<crate::RunError>(),
-            Some(crate::RunError::Value(_))
-        );
-    if refused_value {
-        2
-    } else {
-        1
     }
 }
 
@@ -383,6 +356,13 @@ where
     let mut n = Nitro::from_recipe_with(recipe, overrides)?;
     // Commands that run programs run them on --device; the others (export,
     // export-params, import-params) only move host values.
+    let world = n.distributed().world_size();
+    if world > 1 && !matches!(name, "train" | "resume" | "eval" | "summary") {
+        return Err(Box::new(CliError::OneProcess {
+            command: name.to_string(),
+            world,
+        }));
+    }
     if matches!(name, "train" | "resume" | "eval" | "predict" | "sample") {
         // A bare `cuda` under mpirun is the GPU of this rank's local rank
         // (one process per GPU); `cuda:N` is taken as written.
@@ -393,12 +373,13 @@ where
         n.use_device(device)?;
     }
     let dir = n.frozen.run.run_dir.clone();
+    let root = n.dist.is_root();
     // Commands that need trained params fail without them: evaluating or
     // shipping the initial params would look like success.
     let restore = |n: &mut Nitro<E>| -> Result<(), Error> {
         match n.resume()? {
             Some(path) => {
-                eprintln!("loaded {} (step {})", path.display(), n.step());
+                note!(root, "loaded {} (step {})", path.display(), n.step());
                 Ok(())
             }
             None => Err(Box::new(CliError::NoCheckpoint {
@@ -423,8 +404,11 @@ where
                 n.dist.barrier("train (start)")?;
             } else {
                 match n.resume()? {
-                    Some(path) => eprintln!("resumed from {} at step {}", path.display(), n.step()),
-                    None => eprintln!(
+                    Some(path) => {
+                        note!(root, "resumed from {} at step {}", path.display(), n.step())
+                    }
+                    None => note!(
+                        root,
                         "no checkpoint in {}; training from the start",
                         dir.display()
                     ),
@@ -432,7 +416,7 @@ where
             }
             let report = n.train()?;
             let wall = report.wall_time.as_secs_f64().max(1e-9);
-            eprintln!(
+            note!(root, 
                 "trained to step {} in {:.1}s ({:.0}% inside the compiled step, {:.1}% blocked on checkpoints){}",
                 report.steps,
                 report.wall_time.as_secs_f64(),
@@ -446,7 +430,7 @@ where
             );
             if n.dist.is_root() {
                 for path in crate::plot::plot_run(&dir)? {
-                    eprintln!("plot: {}", path.display());
+                    note!(root, "plot: {}", path.display());
                 }
             }
             if report.interrupted {
@@ -466,7 +450,10 @@ where
                 }));
             }
             if n.data.test.is_some() {
-                print_metrics("test", &n.evaluate("test")?);
+                let metrics = n.evaluate("test")?;
+                if root {
+                    print_metrics("test", &metrics);
+                }
             }
         }
         "eval" => {
@@ -474,7 +461,10 @@ where
             let split = sub
                 .get_one::<String>("split")
                 .map_or("test", String::as_str);
-            print_metrics(split, &n.evaluate(split)?);
+            let metrics = n.evaluate(split)?;
+            if root {
+                print_metrics(split, &metrics);
+            }
         }
         "predict" => {
             restore(&mut n)?;
@@ -493,7 +483,8 @@ where
                 .unwrap_or_else(|| dir.join("predictions.safetensors"));
             crate::safetensors::write(&path, &outputs, &BTreeMap::new())?;
             let names: Vec<&str> = outputs.keys().map(String::as_str).collect();
-            println!(
+            say!(
+                root,
                 "wrote {} rows of {} to {}",
                 batch.rows(),
                 names.join(", "),
@@ -510,7 +501,7 @@ where
                 std::fs::create_dir_all(parent)?;
             }
             n.export(&path)?;
-            println!("{}", path.display());
+            say!(root, "{}", path.display());
         }
         "export-params" => {
             restore(&mut n)?;
@@ -519,9 +510,9 @@ where
                 .cloned()
                 .unwrap_or_else(|| dir.join("params.safetensors"));
             n.save_safetensors(&path)?;
-            println!("{}", path.display());
+            say!(root, "{}", path.display());
         }
-        "summary" => println!("{}", n.summary()?),
+        "summary" => say!(root, "{}", n.summary()?),
         "sample" => {
             restore(&mut n)?;
             let request = crate::experiment::SampleRequest {
@@ -534,19 +525,22 @@ where
                 None => None,
             };
             match sweep {
-                None => println!("{}", sample_once(&mut n, &request)?),
+                None => say!(root, "{}", sample_once(&mut n, &request)?),
                 Some((field, values)) => {
                     for v in values {
                         n.set_device(&field, v)?;
-                        println!("--- {field}={v}");
-                        println!("{}", sample_once(&mut n, &request)?);
+                        say!(root, "--- {field}={v}");
+                        say!(root, "{}", sample_once(&mut n, &request)?);
                     }
                 }
             }
             let s = crate::programs::cache_stats("predict");
-            println!(
+            say!(
+                root,
                 "cache (predict): hits {}, misses {}, compiles {}",
-                s.hits, s.misses, s.compiles
+                s.hits,
+                s.misses,
+                s.compiles
             );
         }
         "import-params" => {
@@ -558,7 +552,8 @@ where
             n.load_safetensors(input)?;
             let mut store = n.open_store()?;
             let path = n.save_checkpoint(&mut store, &BTreeMap::new())?;
-            eprintln!(
+            note!(
+                root,
                 "imported {} as the checkpoint of step {}{}",
                 input.display(),
                 n.step(),
@@ -568,7 +563,7 @@ where
                     ""
                 }
             );
-            println!("{}", path.display());
+            say!(root, "{}", path.display());
         }
         other => unreachable!("clap knows no subcommand `{other}`"),
     }

@@ -163,9 +163,10 @@ impl<E: Experiment> Nitro<E> {
         self.progress.position.step
     }
 
-    /// Prints the frozen-values report (once per handle unless `always`).
+    /// Prints the frozen-values report (once per handle unless `always`),
+    /// on rank 0 only in a data-parallel job.
     pub(crate) fn report(&mut self, always: bool) {
-        if report_enabled() && (always || !self.reported) {
+        if report_enabled() && self.dist.is_root() && (always || !self.reported) {
             eprintln!("{}", self.config_report());
         }
         self.reported = true;

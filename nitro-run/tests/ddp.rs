@@ -344,13 +344,32 @@ fn the_digits_example_on_two_ranks_reaches_the_one_process_accuracy() {
             .output()
             .unwrap(),
     );
+    // The job prints one copy of its output: rank 0's report (naming
+    // the world) and its final lines; rank 1 prints nothing of its own.
     let stderr = String::from_utf8_lossy(&out2.stderr);
-    for r in 0..2 {
-        assert!(
-            stderr.contains(&format!("world 2 (rank {r}, local {r}, mpi)")),
-            "rank {r}'s config report shows no world:\n{stderr}"
-        );
-    }
+    assert!(
+        stderr.contains("world 2 (rank 0, local 0, mpi)"),
+        "rank 0's config report shows no world:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("rank 1, local 1"),
+        "rank 1 printed its report:\n{stderr}"
+    );
+    assert_eq!(stderr.matches("trained to step").count(), 1, "{stderr}");
+    let stdout = String::from_utf8_lossy(&out2.stdout);
+    assert_eq!(stdout.matches("test accuracy").count(), 1, "{stdout}");
+    // A command that runs in one process is refused by name (exit 2), on
+    // every rank, before it writes anything.
+    let refused = mpirun(2, digits_bin::example(), &["predict", "--run-dir", d2])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{text}");
+    assert!(
+        text.contains("`predict` runs in one process, and this job has 2"),
+        "{text}"
+    );
+    assert!(!two.path().join("predictions.safetensors").exists());
     // show-config names the world the launcher announced, joining nothing.
     let shown = checked(
         "show-config on 2 ranks",

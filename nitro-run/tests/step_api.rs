@@ -179,7 +179,10 @@ fn under_a_launcher_the_step_api_warns_it_is_not_data_parallel() {
     };
     let err = run(&[("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_RANK", "1")]);
     assert_eq!(err.matches("is not data-parallel").count(), 1, "{err}");
-    assert!(err.contains("rank 1 of 2") && err.contains("Experiment"), "{err}");
+    assert!(
+        err.contains("rank 1 of 2") && err.contains("Experiment"),
+        "{err}"
+    );
     let alone = run(&[]);
     assert!(!alone.contains("data-parallel"), "{alone}");
 }
