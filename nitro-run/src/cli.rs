@@ -416,7 +416,7 @@ where
             }
             let report = n.train()?;
             let wall = report.wall_time.as_secs_f64().max(1e-9);
-            note!(root, 
+            note!(root,
                 "trained to step {} in {:.1}s ({:.0}% inside the compiled step, {:.1}% blocked on checkpoints){}",
                 report.steps,
                 report.wall_time.as_secs_f64(),
