@@ -224,11 +224,24 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
         shares.push(r.all_reduce_time.as_secs_f64() / wall);
     }
     let _ = std::fs::remove_dir_all(&dir);
+    // The all-reduce alone, of the step's buffer size (params, loss and
+    // weight), each after a barrier: what the step pays with no rank late.
+    let len: usize = n.params().values().map(|a| a.data().len()).sum::<usize>() + 2;
+    let comm = n.distributed().group().communicator().clone();
+    let mut alone = vec![];
+    for _ in 0..40 {
+        let mut buf = nitro_graph::HostBuffer::F32(vec![1.0; len]);
+        comm.barrier()?;
+        let t0 = Instant::now();
+        comm.all_reduce_sum(&mut buf)?;
+        alone.push(t0.elapsed().as_secs_f64() * 1e3);
+    }
     if n.distributed().is_root() {
         println!(
-            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"world\":{}}}",
+            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"all_reduce_alone_ms\":{:.3},\"floats\":{len},\"world\":{}}}",
             median(rates),
             median(shares),
+            median(alone),
             n.distributed().world_size()
         );
     }

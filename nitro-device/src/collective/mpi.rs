@@ -234,7 +234,6 @@ impl<'c> Exchange<'c> {
     /// passed (the ranks still pending are lost), or one failed.
     fn wait<T: MpiElement>(mut self, started: Instant) -> Result<(), CollectiveError> {
         let deadline = started + self.comm.timeout;
-        let mut polls: u32 = 0;
         while !self.pending.is_empty() {
             let mut i = 0;
             while i < self.pending.len() {
@@ -282,13 +281,17 @@ impl<'c> Exchange<'c> {
                     waited: started.elapsed(),
                 });
             }
-            // Spin briefly (a step's collective usually completes within
-            // microseconds), then back off so a waiting rank leaves the
-            // cores to the ones still computing.
-            polls = polls.saturating_add(1);
-            if polls < 200 {
+            // Yield-spin through the first milliseconds: a train step's
+            // peer usually arrives within them (ranks drift by a fraction of
+            // a step), and a sleep's wake-up latency (~60-100 us) would be
+            // paid twice per all-reduce; yielding still gives this core to
+            // any other runnable thread. Then back off, so a long wait (a
+            // rank checkpointing, a lost rank) leaves the cores to the
+            // ones still computing.
+            let waited = started.elapsed();
+            if waited < SPIN_FOR {
                 std::thread::yield_now();
-            } else if polls < 2_000 {
+            } else if waited < Duration::from_millis(200) {
                 std::thread::sleep(Duration::from_micros(50));
             } else {
                 std::thread::sleep(Duration::from_millis(1));
@@ -297,6 +300,9 @@ impl<'c> Exchange<'c> {
         Ok(())
     }
 }
+
+/// How long a collective yield-spins before it sleeps between polls.
+const SPIN_FOR: Duration = Duration::from_millis(5);
 
 impl MpiCommunicator {
     /// Initialise MPI for `launch` and return the world with this
@@ -384,13 +390,15 @@ impl MpiCommunicator {
     fn all_reduce<T: Summable + MpiElement>(
         &self,
         op: &'static str,
-        data: &mut [T],
+        data: &mut Vec<T>,
     ) -> Result<(), CollectiveError> {
         let (me, world, n) = (self.rank, self.world_size, data.len());
         let started = Instant::now();
-        // Owned copies: pending messages read and write these, never the
-        // caller's buffer, so a failure can leak them safely.
-        let work: Vec<T> = data.to_vec();
+        // The buffer is moved out for the exchange (no copy): pending
+        // messages read and write `work` and `parts`, never memory the
+        // caller gets back, so a failure leaks them (leaving the caller an
+        // empty buffer) instead of freeing them under MPI.
+        let mut work: Vec<T> = std::mem::take(data);
         let mine = chunk_range(n, world, me);
         let mut parts: Vec<Vec<T>> = (0..world)
             .map(|q| {
@@ -401,7 +409,6 @@ impl MpiCommunicator {
                 }
             })
             .collect();
-        let mut result: Vec<T> = vec![T::default(); n];
         let outcome = (|| {
             let mut ex = Exchange::new(self, op);
             for q in (0..world).filter(|&q| q != me) {
@@ -413,6 +420,10 @@ impl MpiCommunicator {
                 }
             }
             ex.wait::<T>(started)?;
+            // This rank's chunk, summed in rank order: into a scratch
+            // chunk (the sum reads `work[mine]` as rank `me`'s part), then
+            // back in place.
+            let mut summed = vec![T::default(); mine.len()];
             let ordered: Vec<&[T]> = (0..world)
                 .map(|q| {
                     if q == me {
@@ -422,14 +433,15 @@ impl MpiCommunicator {
                     }
                 })
                 .collect();
-            sum_in_rank_order(&ordered, &mut result[mine.clone()]);
+            sum_in_rank_order(&ordered, &mut summed);
+            work[mine.clone()].copy_from_slice(&summed);
             let mut ex = Exchange::new(self, op);
-            let base = result.as_mut_ptr();
+            let base = work.as_mut_ptr();
             for q in (0..world).filter(|&q| q != me) {
                 let theirs = chunk_range(n, world, q);
-                // SAFETY: the chunks of `result` are disjoint; the one sent
+                // SAFETY: the chunks of `work` are disjoint; the one sent
                 // is only read and the others only written while pending,
-                // and `result` outlives the wait or is leaked.
+                // and `work` outlives the wait or is leaked.
                 unsafe {
                     let into = std::slice::from_raw_parts_mut(base.add(theirs.start), theirs.len());
                     ex.recv(into, q, TAG_GATHER)?;
@@ -441,11 +453,11 @@ impl MpiCommunicator {
         })();
         match outcome {
             Ok(()) => {
-                data.copy_from_slice(&result);
+                *data = work;
                 Ok(())
             }
             Err(e) => {
-                std::mem::forget((work, parts, result));
+                std::mem::forget((work, parts));
                 Err(e)
             }
         }
@@ -555,6 +567,8 @@ impl Communicator for MpiCommunicator {
         // An all-reduce of nothing: every pair of ranks exchanges an empty
         // message, so no rank leaves before all arrived, and a missing one
         // is named by every other.
-        self.guarded("barrier", || self.all_reduce::<i32>("barrier", &mut []))
+        self.guarded("barrier", || {
+            self.all_reduce::<i32>("barrier", &mut Vec::new())
+        })
     }
 }
