@@ -255,8 +255,11 @@ fn loadavg() -> String {
         .unwrap_or_else(|| "null".into())
 }
 
+/// Adjacent (1-rank, 2-rank) run pairs of `ddp_throughput`.
+const PAIRS: usize = 5;
+
 /// `ddp_throughput`: the worker as 2 ranks x 1 thread (`mpirun -n 2`)
-/// against 1 rank x 1 thread, alternated twice; the samples/s ratio (2 is
+/// against 1 rank x 1 thread, alternated [`PAIRS`] times; the samples/s ratio (2 is
 /// perfect scaling) and the 2-rank all-reduce share.
 fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     use std::process::Command;
@@ -267,7 +270,8 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let exe = std::env::current_exe()?;
-    let figures = |out: std::process::Output| -> Result<(f64, f64), Box<dyn std::error::Error>> {
+    type Figures = (f64, f64, f64);
+    let figures = |out: std::process::Output| -> Result<Figures, Box<dyn std::error::Error>> {
         if !out.status.success() {
             return Err(format!(
                 "ddp worker failed: {}",
@@ -284,11 +288,17 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         Ok((
             v["samples_per_s"].as_f64().ok_or("samples_per_s")?,
             v["all_reduce_share"].as_f64().ok_or("all_reduce_share")?,
+            v["all_reduce_alone_ms"]
+                .as_f64()
+                .ok_or("all_reduce_alone_ms")?,
         ))
     };
     let load_before = loadavg();
-    let (mut one, mut two, mut share) = (vec![], vec![], vec![]);
-    for _ in 0..2 {
+    let (mut one, mut two, mut share, mut pairs, mut alone, mut ceilings) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    // Adjacent runs are paired, so a drift of the machine's speed (a VM's
+    // neighbours) moves both sides of a ratio alike.
+    for _ in 0..PAIRS {
         let out = Command::new(&exe)
             .arg("ddp_worker")
             .env("RAYON_NUM_THREADS", "1")
@@ -309,14 +319,40 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .output()?;
-        let (rate, s) = figures(out)?;
+        let (rate, s, ms) = figures(out)?;
         two.push(rate);
         share.push(s);
+        alone.push(ms);
+        pairs.push(rate / one[one.len() - 1]);
+        // The machine's own ceiling: two independent 1-rank workers at once
+        // (no group, nothing exchanged), each pinned to a core as mpirun
+        // binds its ranks.
+        let spawn = |core: &str| {
+            Command::new("taskset")
+                .args(["-c", core])
+                .arg(&exe)
+                .arg("ddp_worker")
+                .env("RAYON_NUM_THREADS", "1")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+        };
+        if let (Ok(a), Ok(b)) = (spawn("0"), spawn("1")) {
+            let both = figures(a.wait_with_output()?)?.0 + figures(b.wait_with_output()?)?.0;
+            ceilings.push(both / one[one.len() - 1]);
+        }
     }
-    let (one, two, share) = (median(one), median(two), median(share));
+    let ratios: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
+    let (one, two, share, ratio) = (median(one), median(two), median(share), median(pairs));
+    let alone = median(alone);
+    let ceiling = if ceilings.is_empty() {
+        "null".to_string()
+    } else {
+        format!("{:.3}", median(ceilings))
+    };
     println!(
-        "{{\"bench\":\"ddp_throughput\",\"ratio\":{:.3},\"samples_per_s_2x1\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"all_reduce_share\":{share:.4},\"threads\":1,\"ranks\":2,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio = 2-rank samples/s over 1-rank samples/s (goal >= 1.8); median of 2 alternated runs, each the median of 3\"}}",
-        two / one,
+        "{{\"bench\":\"ddp_throughput\",\"ratio\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s_2x1\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"all_reduce_share\":{share:.4},\"all_reduce_alone_ms\":{alone:.3},\"threads\":1,\"ranks\":2,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio = 2-rank samples/s over 1-rank samples/s (goal >= 1.8); ratio = median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes\"}}",
+        ratios.join(","),
         loadavg()
     );
     Ok(())

@@ -69,6 +69,9 @@ fn scalar(v: f64, dtype: DType) -> Array {
     Array::scalar_f64(v).cast(dtype)
 }
 
+/// Updates between the or-reductions of interrupt requests in a group.
+const INTERRUPT_POLL_EVERY: u64 = 8;
+
 impl<E: Experiment> Nitro<E> {
     /// Stops training (checkpoint, return) once `step` updates are done, as
     /// Ctrl-C would; for scripted interruption and resume tests.
@@ -192,6 +195,23 @@ impl<E: Experiment> Nitro<E> {
         let report = trained?;
         synced?;
         Ok(report)
+    }
+
+    /// Whether every rank stops after this update on an interrupt request
+    /// (Ctrl-C, or `interrupt::request_stop` in a test). Alone it
+    /// is this process's request; in a group the ranks or-reduce their
+    /// requests every [`INTERRUPT_POLL_EVERY`] updates, at the same updates
+    /// on every rank (so they stop together), leaving the other updates
+    /// one collective (the gradients') instead of two. A request waits for
+    /// the next poll: at most that many updates, well under a second.
+    fn interrupt_agreed(&self) -> Result<bool> {
+        if self.dist.world_size() == 1 {
+            return Ok(interrupt::take_request());
+        }
+        if self.progress.position.step % INTERRUPT_POLL_EVERY != 0 {
+            return Ok(false);
+        }
+        self.dist.any("interrupt", interrupt::take_request())
     }
 
     fn train_loop(&mut self) -> Result<TrainReport> {
@@ -348,7 +368,7 @@ impl<E: Experiment> Nitro<E> {
                 self.progress.position.step += 1;
                 self.progress.position.batch += window;
                 display.step(self.progress.position.step, epoch, loss);
-                let stop_now = self.dist.any("interrupt", interrupt::take_request())?
+                let stop_now = self.interrupt_agreed()?
                     || self.progress.stop_after == Some(self.progress.position.step);
                 if stop_now || ckpts.due_after_step(self.progress.position.step) {
                     // The rows first: a checkpoint never knows rows the
