@@ -490,3 +490,53 @@ fn a_hung_rank_is_named_by_the_survivor_within_30_s() {
         }
     }
 }
+
+/// Ctrl-C reaching one rank only (here SIGINT to rank 1) stops the whole
+/// job after one agreed update: the ranks or-reduce their requests every 8
+/// updates, so the stop is at a multiple of 8, rank 0's checkpoint is of
+/// that step, and the job exits non-zero; a 2-rank `resume` then finishes.
+#[test]
+fn an_interrupt_on_one_rank_stops_every_rank_at_one_agreed_step() {
+    if !mpi_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (out, took) = signal_rank_one(dir.path(), "-INT");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "an interrupted job exits non-zero:\n{stderr}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}:\n{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("nitro: stopped at step "))
+        .unwrap_or_else(|| panic!("no stop line:\n{stderr}"));
+    let step: u64 = line
+        .split("stopped at step ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(step % 8, 0, "{line}");
+    assert_eq!(
+        stderr.matches("nitro: stopped at step").count(),
+        1,
+        "{stderr}"
+    );
+    let (saved, _) = params_of(dir.path());
+    assert_eq!(saved, step, "the newest checkpoint is of the stop step");
+    let d = dir.path().to_str().unwrap();
+    checked(
+        "resume after the interrupt",
+        mpirun(
+            2,
+            digits_bin::example(),
+            &digits_args(d, "batch=32", "resume"),
+        )
+        .output()
+        .unwrap(),
+    );
+    let (done, _) = params_of(dir.path());
+    assert!(done > step, "the resume trained on: {done} vs {step}");
+}
