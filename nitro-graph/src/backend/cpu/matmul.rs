@@ -1,4 +1,5 @@
-//! Matrix products through the `gemm` crate (pure Rust, rayon-parallel).
+//! Matrix products: f32 on AVX2 machines through our blocked kernel
+//! (`sgemm`), the rest through the `gemm` crate (pure Rust, rayon-parallel).
 //! Transposed operands are passed as strides, never copied.
 //!
 //! The microkernels are chosen at run time by CPU detection (the `x86-v4`
@@ -14,6 +15,7 @@
 //! output and a long contraction splits the contraction.
 
 use super::raw::Raw;
+use super::sgemm;
 use nitro_device::{DType, HostBuffer};
 use rayon::prelude::*;
 
@@ -83,6 +85,31 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     } else {
         gemm::Parallelism::None
     };
+    // f32 on an AVX2 machine without AVX-512 goes to our own kernel
+    // (`sgemm`); everything else to `gemm`. The pointer casts below only
+    // run when `fast`, i.e. when the element type is f32.
+    let fast = out.dtype == DType::F32 && sgemm::preferred();
+    let product = |m: usize, n: usize, k: usize, ap, a_rs, a_cs, bp, b_rs, b_cs, dst, parallel| {
+        let operand = |ptr: *const u8, rs, cs| sgemm::Operand {
+            ptr: ptr as *const f32,
+            rs,
+            cs,
+        };
+        // SAFETY: the caller's pointers address op(a) [m, k], op(b) [k, n]
+        // through these strides and a row-major [m, n] output.
+        unsafe {
+            sgemm::sgemm(
+                m,
+                n,
+                k,
+                operand(ap, a_rs, a_cs),
+                operand(bp, b_rs, b_cs),
+                dst as *mut f32,
+                n,
+                parallel,
+            )
+        }
+    };
     macro_rules! run {
         ($t:ty, $zero:expr, $one:expr) => {{
             if k_parts > 1 {
@@ -102,6 +129,23 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                     unsafe {
                         let ap = a.ptr::<$t>().offset(p0 as isize * a_cs);
                         let bp = b.ptr::<$t>().offset(p0 as isize * b_rs);
+                        if fast {
+                            let (ap, bp, dp) =
+                                (ap as *const u8, bp as *const u8, dst.ptr::<$t>() as *mut u8);
+                            return product(
+                                m,
+                                n,
+                                p1 - p0,
+                                ap,
+                                a_rs,
+                                a_cs,
+                                bp,
+                                b_rs,
+                                b_cs,
+                                dp,
+                                false,
+                            );
+                        }
                         gemm::gemm(
                             m,
                             n,
@@ -143,6 +187,11 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                     if k == 0 {
                         std::slice::from_raw_parts_mut(op, m * n).fill($zero);
                         return;
+                    }
+                    if fast {
+                        let parallel = matches!(par, gemm::Parallelism::Rayon(_));
+                        let (ap, bp, dp) = (ap as *const u8, bp as *const u8, op as *mut u8);
+                        return product(m, n, k, ap, a_rs, a_cs, bp, b_rs, b_cs, dp, parallel);
                     }
                     gemm::gemm(
                         m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero,

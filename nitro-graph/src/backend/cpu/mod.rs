@@ -15,6 +15,7 @@ mod movement;
 mod patches;
 mod raw;
 mod reduce;
+mod sgemm;
 mod simd;
 
 pub use fused::{uniform, FusedKernel};
