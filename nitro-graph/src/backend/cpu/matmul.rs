@@ -1,5 +1,6 @@
-//! Matrix products: f32 on AVX2 machines through our blocked kernel
-//! (`sgemm`), the rest through the `gemm` crate (pure Rust, rayon-parallel).
+//! Matrix products: large f32 ones on AVX2 machines through our blocked
+//! kernel (`sgemm`), the rest through the `gemm` crate (pure Rust,
+//! rayon-parallel).
 //! Transposed operands are passed as strides, never copied.
 //!
 //! The microkernels are chosen at run time by CPU detection (the `x86-v4`
@@ -85,10 +86,13 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     } else {
         gemm::Parallelism::None
     };
-    // f32 on an AVX2 machine without AVX-512 goes to our own kernel
-    // (`sgemm`); everything else to `gemm`. The pointer casts below only
+    // A large f32 product on an AVX2 machine without AVX-512 goes to our
+    // own kernel (`sgemm`); everything else to `gemm`. The pointer casts below only
     // run when `fast`, i.e. when the element type is f32.
-    let fast = out.dtype == DType::F32 && sgemm::preferred();
+    let fast = out.dtype == DType::F32
+        && flops >= sgemm::LARGE_MACS
+        && m.min(n) >= sgemm::LARGE_SIDE
+        && sgemm::preferred();
     let product = |m: usize, n: usize, k: usize, ap, a_rs, a_cs, bp, b_rs, b_cs, dst, parallel| {
         let operand = |ptr: *const u8, rs, cs| sgemm::Operand {
             ptr: ptr as *const f32,
