@@ -186,3 +186,101 @@ fn under_a_launcher_the_step_api_warns_it_is_not_data_parallel() {
     let alone = run(&[]);
     assert!(!alone.contains("data-parallel"), "{alone}");
 }
+
+// Moved from core.rs (issue "The run core", items 1 and 7): the step
+// API's keys and the lifetime of its programs.
+
+/// The step API keys a loss closure by what it traces, so two closures of
+/// one type capturing different values get different programs.
+#[test]
+fn step_api_closures_capturing_different_values_do_not_share_a_program() {
+    let _g = lock();
+    let chain = || Chain::new().push(Dense::new(4, 2));
+    let params = chain().init_params(3).unwrap();
+    let x = Array::new(
+        &[8, 4],
+        (0..32).map(|i| (i as f32 * 0.3).sin()).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let y = Array::new(&[8, 2], vec![0.5f32; 16]).unwrap();
+    let make = |scale: f64| {
+        move |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
+            let l = mse(&m.apply(ps, "", &b[0]), &b[1]);
+            &l * &l.scalar_like(scale)
+        }
+    };
+    // One model, lr 0 (params stay put), two closures of one type.
+    let mut model = ModelAndParams::new(chain(), params);
+    let mut opt = OptState::new(Optimizer::sgd(0.0), &model);
+    let mut losses = vec![];
+    for scale in [1.0, 100.0] {
+        let f = make(scale);
+        losses.push(trainstep(&f, &mut model, &[x.clone(), y.clone()], &mut opt).unwrap());
+    }
+    let ratio = losses[1] / losses[0];
+    assert!((ratio - 100.0).abs() < 1e-3, "losses {losses:?}");
+}
+
+#[test]
+fn step_api_programs_are_freed_with_their_model() {
+    let _g = lock();
+    let x = Array::new(&[4, 4], vec![0.25f32; 16]).unwrap();
+    let y = Array::new(&[4, 2], vec![0.5f32; 8]).unwrap();
+    let loss =
+        |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| mse(&m.apply(ps, "", &b[0]), &b[1]);
+    let live_before = cache_stats("trainstep").live;
+    for width in 0..12 {
+        let chain = || {
+            Chain::new()
+                .push(Dense::new(4, 2 + width))
+                .push(Dense::new(2 + width, 2))
+        };
+        let mut model = ModelAndParams::new(chain(), chain().init_params(width as u64).unwrap());
+        let mut opt = OptState::new(Optimizer::sgd(0.1), &model);
+        trainstep(&loss, &mut model, &[x.clone(), y.clone()], &mut opt).unwrap();
+        assert_eq!(
+            cache_stats("trainstep").live,
+            live_before + 1,
+            "model {width} is live"
+        );
+    }
+    assert_eq!(
+        cache_stats("trainstep").live,
+        live_before,
+        "every dropped model freed its step"
+    );
+}
+
+/// A loss closure rebuilt every iteration with another captured value
+/// compiles every time (correctly: the graph differs); the pile-up warning
+/// says so, with advice for that cause, without a tracing subscriber.
+#[test]
+fn the_pileup_warning_reaches_the_user_with_advice_for_its_cause() {
+    let _g = lock();
+    let x = Array::new(&[4, 4], vec![0.25f32; 16]).unwrap();
+    let y = Array::new(&[4, 2], vec![0.5f32; 8]).unwrap();
+    let chain = Chain::new().push(Dense::new(4, 2));
+    let params = chain.init_params(1).unwrap();
+    let mut model = ModelAndParams::new(chain, params);
+    let mut opt = OptState::new(Optimizer::sgd(0.1), &model);
+    for i in 0..10 {
+        let scale = 1.0 + i as f64;
+        let loss = move |m: &Chain, _: &Ctx, ps: &Params<Tensor>, b: &[Tensor]| {
+            let l = mse(&m.apply(ps, "", &b[0]), &b[1]);
+            &l * &l.scalar_like(scale)
+        };
+        nitro_run::step_api::trainstep_withgradient(
+            &loss,
+            &mut model,
+            &[x.clone(), y.clone()],
+            &mut opt,
+        )
+        .unwrap();
+    }
+    let warnings = nitro_run::compile_warnings();
+    let w = warnings
+        .iter()
+        .find(|w| w.contains("trainstep_withgradient"))
+        .unwrap_or_else(|| panic!("no warning in {warnings:?}"));
+    assert!(w.contains("build it once and reuse it"), "{w}");
+}
