@@ -152,6 +152,15 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             UnaryOp::Abs => Some(g * x.sign()),
             UnaryOp::Recip => Some(-(g * out * out)),
             UnaryOp::Sign | UnaryOp::Floor => None,
+            // d/dx erf x = 2/√π e^(-x²): the backward reads only x.
+            UnaryOp::Erf => Some(g * (-(x * x)).exp() * (2.0 / std::f64::consts::PI.sqrt())),
+            // d/dx x Φ(x) = Φ(x) + x φ(x), φ(x) = e^(-x²/2) / √(2π); again
+            // from x alone, so the forward stores nothing but its output.
+            UnaryOp::Gelu => {
+                let cdf = ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+                let pdf = (x * x * -0.5).exp() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+                Some(g * (cdf + x * pdf))
+            }
         }],
         Op::Binary(b) => {
             let y = &args[1];

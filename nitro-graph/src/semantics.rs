@@ -19,6 +19,8 @@
 //! | sign | 1 for x > 0, -1 for x < 0, else x itself: ±0 keep their sign and NaN stays NaN (NumPy, JAX/XLA) | -1, 0, 1 |
 //! | exp, log, sqrt, tanh, sin, cos, floor | the platform libm of the register type | refused at trace time |
 //! | sigmoid | `1 / (1 + exp(-x))` | refused |
+//! | erf | f32: a rational minimax fit evaluated in f64, absolute error below 1.2e-7 ([`erf`]); f64: the libm `erf` (under 1 ulp) | refused |
+//! | gelu | `x * 0.5 * (1 + erf(x * (1/√2)))`, with the erf above | refused |
 //! | recip | `1 / x` | refused |
 //! | add, sub, mul | IEEE | wrapping |
 //! | div | IEEE (x/0 is ±inf or NaN) | truncating; x/0 == 0; MIN/-1 == MIN |
@@ -77,12 +79,14 @@ impl UnaryOp {
             | UnaryOp::Sin
             | UnaryOp::Cos
             | UnaryOp::Recip
-            | UnaryOp::Floor => None,
+            | UnaryOp::Floor
+            | UnaryOp::Erf
+            | UnaryOp::Gelu => None,
         }
     }
 
     /// Every unary op (for tests and listings).
-    pub const ALL: [UnaryOp; 12] = [
+    pub const ALL: [UnaryOp; 14] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -95,6 +99,8 @@ impl UnaryOp {
         UnaryOp::Recip,
         UnaryOp::Sign,
         UnaryOp::Floor,
+        UnaryOp::Erf,
+        UnaryOp::Gelu,
     ];
 }
 
@@ -150,6 +156,10 @@ pub trait FloatElem:
     const ZERO: Self;
     /// 1
     const ONE: Self;
+    /// 1/2
+    const HALF: Self;
+    /// 1/√2
+    const FRAC_1_SQRT_2: Self;
     /// e^x
     fn exp(self) -> Self;
     /// ln x
@@ -166,6 +176,8 @@ pub trait FloatElem:
     fn abs(self) -> Self;
     /// ⌊x⌋
     fn floor(self) -> Self;
+    /// erf x, as the table's row says per type.
+    fn erf(self) -> Self;
     /// x^y
     fn powf(self, y: Self) -> Self;
     /// Whether x is NaN.
@@ -173,10 +185,12 @@ pub trait FloatElem:
 }
 
 macro_rules! float_elem {
-    ($t:ty) => {
+    ($t:ty, $erf:path) => {
         impl FloatElem for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
+            const HALF: Self = 0.5;
+            const FRAC_1_SQRT_2: Self = std::f64::consts::FRAC_1_SQRT_2 as $t;
             #[inline(always)]
             fn exp(self) -> Self {
                 <$t>::exp(self)
@@ -210,6 +224,10 @@ macro_rules! float_elem {
                 <$t>::floor(self)
             }
             #[inline(always)]
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            #[inline(always)]
             fn powf(self, y: Self) -> Self {
                 <$t>::powf(self, y)
             }
@@ -220,8 +238,8 @@ macro_rules! float_elem {
         }
     };
 }
-float_elem!(f32);
-float_elem!(f64);
+float_elem!(f32, erf::erf_f32);
+float_elem!(f64, erf::erf_f64);
 
 /// An integer register type (i32, i64): wrapping arithmetic.
 pub trait IntElem: Copy + Ord {
@@ -306,6 +324,8 @@ pub fn float_unary<T: FloatElem>(op: UnaryOp, x: T) -> T {
             }
         }
         UnaryOp::Floor => x.floor(),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Gelu => x * T::HALF * (T::ONE + (x * T::FRAC_1_SQRT_2).erf()),
     }
 }
 
@@ -430,6 +450,14 @@ macro_rules! each_float_unary {
             }
             U::Floor => {
                 const $OP: U = U::Floor;
+                $body
+            }
+            U::Erf => {
+                const $OP: U = U::Erf;
+                $body
+            }
+            U::Gelu => {
+                const $OP: U = U::Gelu;
                 $body
             }
         }
@@ -564,5 +592,6 @@ macro_rules! each_compare {
     }};
 }
 
+pub mod erf;
 mod scalar;
 pub use scalar::Scalar;

@@ -40,6 +40,8 @@ fn apply_unary(op: UnaryOp, x: &Tensor) -> Tensor {
         UnaryOp::Recip => x.recip(),
         UnaryOp::Sign => x.sign(),
         UnaryOp::Floor => x.floor(),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Gelu => x.gelu_erf(),
     }
 }
 

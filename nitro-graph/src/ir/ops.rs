@@ -39,6 +39,12 @@ pub enum UnaryOp {
     Sign,
     /// ⌊x⌋
     Floor,
+    /// The error function erf x = 2/√π ∫₀ˣ e^(-t²) dt.
+    Erf,
+    /// Exact GELU, x Φ(x) = x (1 + erf(x / √2)) / 2 (PyTorch's
+    /// `nn.GELU()`): a primitive so that its backward reads only x, where
+    /// the composite kept every intermediate of the erf for autodiff.
+    Gelu,
 }
 
 /// Elementwise functions of two arguments of equal shape and dtype.

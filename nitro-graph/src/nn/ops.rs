@@ -16,43 +16,19 @@ pub fn gelu(x: &Tensor) -> Tensor {
     x * 0.5 * (inner.tanh() + 1.0)
 }
 
-/// The error function, as a composite accurate to f32 (absolute error
-/// about 1e-7 on every input; f64 programs get the same approximation, not
-/// f64 accuracy): the odd/even rational minimax fit Eigen and XLA use for
-/// f32, `erf(x) = x P(x^2) / Q(x^2)` on `x` clamped to [-4, 4] (beyond it
-/// erf is ±1 to f32 precision). Built from primitives, so autodiff and
-/// every backend have it; its derivative is that of the fit.
+/// The error function: the [`Erf`](crate::ir::UnaryOp::Erf) primitive
+/// (f32 to 1.2e-7 absolute, f64 to libm's ulp; see
+/// [`crate::semantics::erf`]), whose VJP `2/√π e^(-x²)` reads only x.
 pub fn erf(x: &Tensor) -> Tensor {
-    const ALPHA: [f64; 7] = [
-        -2.726_142_258_013_06e-10,
-        2.770_681_424_959_02e-8,
-        -2.101_024_020_825_08e-6,
-        -5.692_506_394_623_46e-5,
-        -7.349_906_303_268_55e-4,
-        -2.954_599_808_540_25e-3,
-        -1.609_603_332_624_15e-2,
-    ];
-    const BETA: [f64; 5] = [
-        -1.456_607_184_649_96e-5,
-        -2.133_740_552_789_05e-4,
-        -1.682_826_974_382_03e-3,
-        -7.373_329_167_204_68e-3,
-        -1.426_473_905_141_89e-2,
-    ];
-    let x = x.minimum(&x.scalar_like(4.0)).maximum(&x.scalar_like(-4.0));
-    let x2 = &x * &x;
-    let horner = |coef: &[f64]| {
-        coef[2..]
-            .iter()
-            .fold(&x2 * coef[0] + coef[1], |acc, &c| &acc * &x2 + c)
-    };
-    &x * horner(&ALPHA) / horner(&BETA)
+    x.erf()
 }
 
 /// GELU, exact: `x Φ(x) = x (1 + erf(x / √2)) / 2` (PyTorch's `nn.GELU()`
-/// default, `jax.nn.gelu(approximate=False)`), with [`erf`]'s f32 accuracy.
+/// default, `jax.nn.gelu(approximate=False)`): the
+/// [`Gelu`](crate::ir::UnaryOp::Gelu) primitive, so the forward stores
+/// only its output and the backward (`Φ(x) + x φ(x)`) reads only x.
 pub fn gelu_erf(x: &Tensor) -> Tensor {
-    x * 0.5 * (erf(&(x * std::f64::consts::FRAC_1_SQRT_2)) + 1.0)
+    x.gelu_erf()
 }
 
 /// ln(1 + e^x), computed stably.

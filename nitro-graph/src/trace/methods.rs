@@ -100,6 +100,10 @@ impl Tensor {
         sign => Sign,
         /// ⌊x⌋
         floor => Floor,
+        /// erf x
+        erf => Erf,
+        /// Exact GELU, x Φ(x) = x (1 + erf(x / √2)) / 2
+        gelu_erf => Gelu,
     }
 
     binary_methods! {

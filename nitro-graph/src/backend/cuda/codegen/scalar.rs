@@ -42,6 +42,15 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         UnaryOp::Sin => f("sinf", "sin"),
         UnaryOp::Cos => f("cosf", "cos"),
         UnaryOp::Floor => f("floorf", "floor"),
+        UnaryOp::Erf => f("erff", "erf"),
+        UnaryOp::Gelu => {
+            let (half, rsqrt2, erf) = if ty == "float" {
+                ("0.5f", "0.70710678118654752f", "erff")
+            } else {
+                ("0.5", "0.70710678118654752440", "erf")
+            };
+            format!("{a} * {half} * ({one} + {erf}({a} * {rsqrt2}))")
+        }
         UnaryOp::Recip => format!("{one} / {a}"),
         UnaryOp::Sigmoid => {
             let e = if ty == "float" { "expf" } else { "exp" };
