@@ -55,6 +55,25 @@ __device__ __forceinline__ int nitro_f64_to_u8(double x) {
     return x != x ? 0 : (x <= 0.0 ? 0 : (x >= 255.0 ? 255 : (int)x));
 }
 
+// erf for f32 registers: the CPU's (semantics/erf.rs), the same rational
+// fit evaluated in double in the same order, so both backends (and host
+// emulation bit for bit) agree; erff would differ from it by up to 1e-7.
+__device__ __forceinline__ float nitro_erf_f32(float xf) {
+    const double a[7] = {-2.72614225801306e-10, 2.77068142495902e-8, -2.10102402082508e-6,
+                         -5.69250639462346e-5, -7.34990630326855e-4, -2.95459980854025e-3,
+                         -1.60960333262415e-2};
+    const double b[5] = {-1.45660718464996e-5, -2.13374055278905e-4, -1.68282697438203e-3,
+                         -7.37332916720468e-3, -1.42647390514189e-2};
+    double x = xf < -4.0f ? -4.0 : (xf > 4.0f ? 4.0 : (double)xf);
+    double x2 = x * x;
+    double p = a[0];
+    for (int i = 1; i < 7; i++) p = p * x2 + a[i];
+    double q = b[0];
+    for (int i = 1; i < 5; i++) q = q * x2 + b[i];
+    float y = (float)(x * p / q);
+    return y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
+}
+
 // The counter-based generator of backend/cpu (`uniform`): two rounds of
 // the SplitMix64 finaliser over (key, salt, index), in integer arithmetic,
 // so both backends draw the same stream bit for bit.

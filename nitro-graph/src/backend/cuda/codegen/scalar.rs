@@ -42,10 +42,11 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         UnaryOp::Sin => f("sinf", "sin"),
         UnaryOp::Cos => f("cosf", "cos"),
         UnaryOp::Floor => f("floorf", "floor"),
-        UnaryOp::Erf => f("erff", "erf"),
+        // f32: the CPU's fit (prelude), not erff; f64: libm's erf both sides.
+        UnaryOp::Erf => f("nitro_erf_f32", "erf"),
         UnaryOp::Gelu => {
             let (half, rsqrt2, erf) = if ty == "float" {
-                ("0.5f", "0.70710678118654752f", "erff")
+                ("0.5f", "0.70710678118654752f", "nitro_erf_f32")
             } else {
                 ("0.5", "0.70710678118654752440", "erf")
             };
