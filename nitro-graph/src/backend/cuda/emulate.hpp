@@ -42,6 +42,7 @@ inline float __int_as_float(int x) { return nitro_bits<float>(x); }
 inline float __uint_as_float(unsigned int x) { return nitro_bits<float>(x); }
 inline unsigned int __float_as_uint(float x) { return nitro_bits<unsigned int>(x); }
 inline double __longlong_as_double(long long x) { return nitro_bits<double>(x); }
+inline long long __double_as_longlong(double x) { return nitro_bits<long long>(x); }
 
 // ---- conversions with CUDA's rounding and saturation ------------------
 inline float __double2float_rz(double x) {

@@ -55,6 +55,27 @@ __device__ __forceinline__ int nitro_f64_to_u8(double x) {
     return x != x ? 0 : (x <= 0.0 ? 0 : (x >= 255.0 ? 255 : (int)x));
 }
 
+// e^x for f32 registers: the CPU's (semantics/exp.rs), the same f64
+// sequence in the same order (round by the 1.5*2^52 addition, a degree-8
+// Taylor polynomial, 2^n from the exponent bits), so host emulation
+// matches the CPU bit for bit.
+__device__ __forceinline__ float nitro_exp_f32(float xf) {
+    const double round = 6755399441055744.0;
+    const double c[7] = {1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0,
+                         1.0 / 24.0, 1.0 / 6.0, 0.5};
+    double x = xf < -104.0f ? -104.0 : (xf > 89.0f ? 89.0 : (double)xf);
+    double t = x * 1.4426950408889634 + round;
+    double n = t - round;
+    double r = x - n * 0.6931471805599453;
+    double p = c[0];
+    for (int i = 1; i < 7; i++) p = p * r + c[i];
+    p = (p * r + 1.0) * r + 1.0;
+    unsigned long long nb = (unsigned long long)__double_as_longlong(t)
+                            - (unsigned long long)__double_as_longlong(round);
+    double scale = __longlong_as_double((long long)((nb + 1023ull) << 52));
+    return (float)(p * scale);
+}
+
 // erf for f32 registers: the CPU's (semantics/erf.rs), the same rational
 // fit evaluated in double in the same order, so both backends (and host
 // emulation bit for bit) agree; erff would differ from it by up to 1e-7.

@@ -35,7 +35,8 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         UnaryOp::Abs => f("fabsf", "fabs"),
         // ±0 and NaN are their own sign.
         UnaryOp::Sign => format!("({a} > 0 ? ({ty})1 : ({a} < 0 ? ({ty})-1 : {a}))"),
-        UnaryOp::Exp => f("expf", "exp"),
+        // f32: the CPU's polynomial (prelude), not expf; f64: exp both sides.
+        UnaryOp::Exp => f("nitro_exp_f32", "exp"),
         UnaryOp::Log => f("logf", "log"),
         UnaryOp::Sqrt => f("sqrtf", "sqrt"),
         UnaryOp::Tanh => f("tanhf", "tanh"),
@@ -54,7 +55,7 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         }
         UnaryOp::Recip => format!("{one} / {a}"),
         UnaryOp::Sigmoid => {
-            let e = if ty == "float" { "expf" } else { "exp" };
+            let e = if ty == "float" { "nitro_exp_f32" } else { "exp" };
             format!("{one} / ({one} + {e}(-{a}))")
         }
     }
