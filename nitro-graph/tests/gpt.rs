@@ -1,6 +1,7 @@
 //! The zoo's GPT ([`zoo::gpt`]) and the typed-input Adam step
 //! ([`AdamStep::with_specs`]): logits' shape, causality of the whole model,
-//! and that it learns a sequence a bigram model cannot predict.
+//! that it learns a sequence a bigram model cannot predict, and that its
+//! init draws from the distributions of `peers/gpt_step.py`.
 
 use nitro_graph::nn::train::AdamStep;
 use nitro_graph::nn::zoo::{self, GptConfig};
@@ -96,4 +97,43 @@ fn gpt_learns_a_sequence_that_needs_context() {
         last = step.step(&x, &y).unwrap();
     }
     assert!(last < 0.3, "loss {first} -> {last}");
+}
+
+/// The zoo's GPT starts from `peers/gpt_step.py`'s distributions: tables
+/// normal with std 0.02, projections uniform within ±1/√fan_in (std
+/// bound/√3), biases and LayerNorm shifts zero, scales one, no output bias.
+#[test]
+fn gpt_init_follows_the_peer_script() {
+    let c = GptConfig::bench();
+    let params = zoo::gpt(&c).init_params(7).unwrap();
+    let stats = |v: &[f64]| {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+        (mean, var.sqrt(), v.iter().fold(0.0f64, |m, x| m.max(x.abs())))
+    };
+    let (mut tables, mut weights) = (0, 0);
+    for (name, a) in &params {
+        let v = a.to_f64_vec();
+        let (mean, std, max) = stats(&v);
+        let shape = a.shape();
+        if name.ends_with("weight") {
+            let bound = 1.0 / (shape[0] as f64).sqrt();
+            assert!(max <= bound, "{name}: |w| {max} > 1/sqrt({})", shape[0]);
+            let want = bound / 3f64.sqrt();
+            assert!((std / want - 1.0).abs() < 0.05, "{name}: std {std}, want {want}");
+            weights += 1;
+        } else if shape.len() == 2 {
+            assert!((std / 0.02 - 1.0).abs() < 0.05 && mean.abs() < 2e-3, "{name}: std {std}");
+            tables += 1;
+        } else {
+            let one = name.ends_with("scale");
+            assert!(v.iter().all(|&x| x == if one { 1.0 } else { 0.0 }), "{name}");
+        }
+    }
+    // qkv, out, fc, proj per block and the output projection; wte, wpe.
+    assert_eq!((weights, tables), (4 * c.layers + 1, 2));
+    let out = c.layers + 3;
+    assert!(params.contains_key(&format!("{out}.weight")));
+    assert!(!params.contains_key(&format!("{out}.bias")), "the output projection has no bias");
 }

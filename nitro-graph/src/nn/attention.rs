@@ -13,7 +13,7 @@
 use super::ctx::Ctx;
 use super::init::InitRng;
 use super::layer::{param, path, Layer, Params};
-use super::layers::{Activation, Dense, Dropout, LayerNorm};
+use super::layers::{Activation, Dense, Dropout, LayerNorm, WeightInit};
 use super::ops::softmax;
 use crate::error::GraphError;
 use crate::exec::Array;
@@ -50,6 +50,8 @@ pub struct MultiHeadAttention {
     pub causal: bool,
     /// Dropout on the attention weights (training only).
     pub dropout: f64,
+    /// How the `qkv` and `out` weights are drawn.
+    pub init: WeightInit,
 }
 
 impl MultiHeadAttention {
@@ -60,6 +62,7 @@ impl MultiHeadAttention {
             heads,
             causal: false,
             dropout: 0.0,
+            init: WeightInit::Glorot,
         }
     }
 
@@ -70,11 +73,11 @@ impl MultiHeadAttention {
     }
 
     fn qkv(&self) -> Dense {
-        Dense::new(self.dim, 3 * self.dim)
+        Dense::new(self.dim, 3 * self.dim).with_init(self.init)
     }
 
     fn out(&self) -> Dense {
-        Dense::new(self.dim, self.dim)
+        Dense::new(self.dim, self.dim).with_init(self.init)
     }
 
     /// Attention over `x` with an optional key-padding mask `[b, t]`.
@@ -209,6 +212,9 @@ pub struct TransformerBlock {
     pub activation: Activation,
     /// Dropout on each residual branch (training only).
     pub dropout: f64,
+    /// How the MLP's `fc` and `proj` weights are drawn (the attention's
+    /// are `attn.init`; [`TransformerBlock::with_init`] sets both).
+    pub init: WeightInit,
 }
 
 impl TransformerBlock {
@@ -220,12 +226,20 @@ impl TransformerBlock {
             hidden: 4 * dim,
             activation: Activation::GeluErf,
             dropout: 0.0,
+            init: WeightInit::Glorot,
         }
     }
 
     /// The same block, causal (a decoder block).
     pub fn causal(mut self) -> TransformerBlock {
         self.attn.causal = true;
+        self
+    }
+
+    /// The same block with every weight (attention and MLP) drawn by `init`.
+    pub fn with_init(mut self, init: WeightInit) -> TransformerBlock {
+        self.init = init;
+        self.attn.init = init;
         self
     }
 
@@ -279,8 +293,12 @@ impl Layer for TransformerBlock {
         self.norm().init(rng, &at("ln1"), params)?;
         self.attn.init(rng, &at("attn"), params)?;
         self.norm().init(rng, &at("ln2"), params)?;
-        Dense::new(self.attn.dim, self.hidden).init(rng, &at("fc"), params)?;
-        Dense::new(self.hidden, self.attn.dim).init(rng, &at("proj"), params)
+        Dense::new(self.attn.dim, self.hidden)
+            .with_init(self.init)
+            .init(rng, &at("fc"), params)?;
+        Dense::new(self.hidden, self.attn.dim)
+            .with_init(self.init)
+            .init(rng, &at("proj"), params)
     }
 
     fn forward(

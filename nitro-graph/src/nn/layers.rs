@@ -67,7 +67,29 @@ impl Layer for Activation {
     }
 }
 
-/// `y = act(x @ weight + bias)`, weight `[in, out]` (Glorot uniform), bias zeros.
+/// How a [`Dense`] weight `[in, out]` is drawn (biases start at zero).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightInit {
+    /// Glorot (Xavier) uniform, bound `√(6 / (in + out))`.
+    #[default]
+    Glorot,
+    /// Uniform with bound `1 / √in`: PyTorch's `nn.Linear` weight bound,
+    /// what GPT references (`peers/gpt_step.py`) draw.
+    FanIn,
+}
+
+impl WeightInit {
+    /// The uniform bound for a `[input, output]` weight.
+    pub fn bound(self, input: usize, output: usize) -> f64 {
+        match self {
+            WeightInit::Glorot => (6.0 / (input + output).max(1) as f64).sqrt(),
+            WeightInit::FanIn => 1.0 / (input.max(1) as f64).sqrt(),
+        }
+    }
+}
+
+/// `y = act(x @ weight + bias)`, weight `[in, out]` (uniform, [`WeightInit`],
+/// Glorot by default), bias zeros.
 #[derive(Clone, Debug)]
 pub struct Dense {
     /// Input features.
@@ -78,6 +100,8 @@ pub struct Dense {
     pub activation: Option<Activation>,
     /// Whether it adds a bias (default true).
     pub bias: bool,
+    /// How the weight is drawn.
+    pub init: WeightInit,
 }
 
 impl Dense {
@@ -88,6 +112,7 @@ impl Dense {
             output,
             activation: None,
             bias: true,
+            init: WeightInit::Glorot,
         }
     }
 
@@ -102,6 +127,12 @@ impl Dense {
         self.activation = Some(activation);
         self
     }
+
+    /// The same layer, its weight drawn by `init`.
+    pub fn with_init(mut self, init: WeightInit) -> Dense {
+        self.init = init;
+        self
+    }
 }
 
 impl Layer for Dense {
@@ -111,7 +142,7 @@ impl Layer for Dense {
         prefix: &str,
         params: &mut Params<Array>,
     ) -> Result<(), GraphError> {
-        let limit = (6.0 / (self.input + self.output) as f64).sqrt();
+        let limit = self.init.bound(self.input, self.output);
         let w = path(prefix, "weight");
         let leaf = rng.uniform_leaf(&w, &[self.input, self.output], limit)?;
         params.insert(w, leaf);

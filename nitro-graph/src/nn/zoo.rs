@@ -3,7 +3,9 @@
 //! and the examples.
 
 use super::attention::{PositionalEmbedding, TransformerBlock};
-use super::layers::{Activation, Chain, Conv2d, Dense, Embedding, Flatten, LayerNorm, MaxPool2d};
+use super::layers::{
+    Activation, Chain, Conv2d, Dense, Embedding, Flatten, LayerNorm, MaxPool2d, WeightInit,
+};
 
 /// A ReLU MLP through `sizes` (input, hidden..., classes); no activation
 /// after the last layer. `mlp(&[784, 512, 512, 10])` is the benchmark MLP.
@@ -51,7 +53,7 @@ pub fn lenet5() -> Chain {
 
 /// The shape of a [`gpt`]: a character-level decoder (pre-LN, exact-GELU
 /// MLP `4 dim` wide, learned positional embedding, untied output
-/// projection).
+/// projection without a bias).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GptConfig {
     /// Token ids in `0..vocab`.
@@ -88,6 +90,11 @@ impl GptConfig {
 /// [`TransformerBlock`]s, a final LayerNorm and the output projection.
 /// Parameters under `0` (token table), `1` (positions), `2..2+layers`
 /// (blocks), then the final norm and the projection.
+///
+/// Init as `peers/gpt_step.py` (so both start from the same distributions):
+/// token and position tables normal with std 0.02, every projection weight
+/// uniform within `±1/√fan_in` ([`WeightInit::FanIn`]), biases zero,
+/// LayerNorm scale one and shift zero; the output projection has no bias.
 pub fn gpt(c: &GptConfig) -> Chain {
     let mut chain = Chain::new()
         .push(Embedding {
@@ -101,6 +108,7 @@ pub fn gpt(c: &GptConfig) -> Chain {
     for _ in 0..c.layers {
         let mut block = TransformerBlock::new(c.dim, c.heads)
             .causal()
+            .with_init(WeightInit::FanIn)
             .with_dropout(c.dropout);
         block.attn.dropout = c.dropout;
         chain = chain.push(block);
@@ -110,5 +118,9 @@ pub fn gpt(c: &GptConfig) -> Chain {
             dim: c.dim,
             eps: 1e-5,
         })
-        .push(Dense::new(c.dim, c.vocab))
+        .push(
+            Dense::new(c.dim, c.vocab)
+                .without_bias()
+                .with_init(WeightInit::FanIn),
+        )
 }
