@@ -158,7 +158,8 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             // from x alone, so the forward stores nothing but its output.
             UnaryOp::Gelu => {
                 let cdf = ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
-                let pdf = (x * x * -0.5).exp() * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+                let pdf = (x * x * -0.5).exp()
+                    * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
                 Some(g * (cdf + x * pdf))
             }
         }],

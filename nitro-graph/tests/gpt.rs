@@ -110,7 +110,11 @@ fn gpt_init_follows_the_peer_script() {
         let n = v.len() as f64;
         let mean = v.iter().sum::<f64>() / n;
         let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
-        (mean, var.sqrt(), v.iter().fold(0.0f64, |m, x| m.max(x.abs())))
+        (
+            mean,
+            var.sqrt(),
+            v.iter().fold(0.0f64, |m, x| m.max(x.abs())),
+        )
     };
     let (mut tables, mut weights) = (0, 0);
     for (name, a) in &params {
@@ -121,19 +125,31 @@ fn gpt_init_follows_the_peer_script() {
             let bound = 1.0 / (shape[0] as f64).sqrt();
             assert!(max <= bound, "{name}: |w| {max} > 1/sqrt({})", shape[0]);
             let want = bound / 3f64.sqrt();
-            assert!((std / want - 1.0).abs() < 0.05, "{name}: std {std}, want {want}");
+            assert!(
+                (std / want - 1.0).abs() < 0.05,
+                "{name}: std {std}, want {want}"
+            );
             weights += 1;
         } else if shape.len() == 2 {
-            assert!((std / 0.02 - 1.0).abs() < 0.05 && mean.abs() < 2e-3, "{name}: std {std}");
+            assert!(
+                (std / 0.02 - 1.0).abs() < 0.05 && mean.abs() < 2e-3,
+                "{name}: std {std}"
+            );
             tables += 1;
         } else {
             let one = name.ends_with("scale");
-            assert!(v.iter().all(|&x| x == if one { 1.0 } else { 0.0 }), "{name}");
+            assert!(
+                v.iter().all(|&x| x == if one { 1.0 } else { 0.0 }),
+                "{name}"
+            );
         }
     }
     // qkv, out, fc, proj per block and the output projection; wte, wpe.
     assert_eq!((weights, tables), (4 * c.layers + 1, 2));
     let out = c.layers + 3;
     assert!(params.contains_key(&format!("{out}.weight")));
-    assert!(!params.contains_key(&format!("{out}.bias")), "the output projection has no bias");
+    assert!(
+        !params.contains_key(&format!("{out}.bias")),
+        "the output projection has no bias"
+    );
 }

@@ -121,7 +121,11 @@ fn erf_and_exact_gelu_match_the_series_in_f64_and_f32() {
     for (&v, g) in x32.iter().zip(&got) {
         // x Φ(x): the erf's absolute error, scaled by |x| / 2, plus rounding.
         let tol = 0.6e-7 * v.abs() + 1.2e-7 * gelu_ref(v).abs();
-        assert!((g - gelu_ref(v)).abs() <= tol, "f32 gelu({v}) = {g}, want {}", gelu_ref(v));
+        assert!(
+            (g - gelu_ref(v)).abs() <= tol,
+            "f32 gelu({v}) = {g}, want {}",
+            gelu_ref(v)
+        );
     }
     // The analytic VJPs against finite differences, over the whole curve.
     check_grad(&[vec![7]], 3, |_, t| erf(&(&t[0] * 2.5)));

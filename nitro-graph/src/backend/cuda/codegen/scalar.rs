@@ -55,7 +55,11 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         }
         UnaryOp::Recip => format!("{one} / {a}"),
         UnaryOp::Sigmoid => {
-            let e = if ty == "float" { "nitro_exp_f32" } else { "exp" };
+            let e = if ty == "float" {
+                "nitro_exp_f32"
+            } else {
+                "exp"
+            };
             format!("{one} / ({one} + {e}(-{a}))")
         }
     }
