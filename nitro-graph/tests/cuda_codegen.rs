@@ -109,7 +109,7 @@ fn mlp_source_contains_the_expected_ops() {
     let p = mlp();
     let src = p.source();
     for needle in [
-        "expf(",            // softmax
+        "nitro_exp_f32(",   // softmax (the CPU's exp, prelude)
         "logf(",            // log-sum-exp
         "sqrtf(",           // Adam
         "__shfl_down_sync", // none expected for tiny reductions, checked below
@@ -252,7 +252,7 @@ const HOST_SHIM: &str = r#"
 struct nitro_dim3 { unsigned int x, y, z; };
 static nitro_dim3 blockIdx, threadIdx, blockDim, gridDim;
 float __int_as_float(int); float __uint_as_float(unsigned int); unsigned int __float_as_uint(float);
-double __longlong_as_double(long long); float __double2float_rz(double);
+double __longlong_as_double(long long); long long __double_as_longlong(double); float __double2float_rz(double);
 int __float2int_rz(float); int __double2int_rz(double);
 long long __float2ll_rz(float); long long __double2ll_rz(double);
 void __syncthreads();
