@@ -38,7 +38,7 @@ pub enum CliError {
     },
 }
 
-/// The exit status for an error of [`run`] (see the module doc).
+/// The exit status for an error of [`run`](super::run) (see the module doc).
 pub fn exit_code(e: &(dyn std::error::Error + 'static)) -> i32 {
     if let Some(e) = e.downcast_ref::<CliError>() {
         return match e {
