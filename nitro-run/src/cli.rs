@@ -48,8 +48,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use clap::{Arg, ArgAction, ArgMatches, Command};
-use nitro_data::{Batch, HostArray};
-use nitro_graph::{Array, Device};
+use nitro_graph::Device;
 use nitro_markers::Recipe;
 
 use crate::experiment::Experiment;
@@ -58,8 +57,11 @@ use crate::report::{config_table, set_config_report};
 
 type Error = Box<dyn std::error::Error>;
 
+mod batch;
 mod error;
 mod sample;
+pub use batch::read_batch;
+use batch::split_batch;
 pub use error::{exit_code, CliError};
 use sample::{parse_sweep, sample_once};
 
@@ -264,28 +266,6 @@ fn init_tracing() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
-}
-
-/// A safetensors tensor as a batch field: the dtypes a batch holds.
-fn host_array(name: &str, a: Array) -> Result<HostArray, Error> {
-    use nitro_graph::DType;
-    match a.dtype() {
-        DType::F32 | DType::F64 | DType::I32 | DType::I64 | DType::U8 | DType::Bool => Ok(a),
-        other => Err(format!(
-            "input `{name}` is {other:?}; batch fields are F32, F64, I32, I64, U8 or BOOL"
-        )
-        .into()),
-    }
-}
-
-/// Reads a batch (field name -> array, batch on axis 0) from safetensors.
-pub fn read_batch(path: &Path) -> Result<Batch, Error> {
-    let mut batch = Batch::new();
-    for (name, a) in crate::safetensors::read(path)?.tensors {
-        let array = host_array(&name, a)?;
-        batch.insert(name, array)?;
-    }
-    Ok(batch)
 }
 
 /// Runs the command line of experiment `E` on `args` (the first is the
@@ -579,23 +559,4 @@ fn print_metrics(split: &str, metrics: &BTreeMap<String, f64>) {
     for (k, v) in metrics.iter().filter(|(k, _)| *k != "loss") {
         println!("{split} {k}: {v:.4}");
     }
-}
-
-fn split_batch<E: Experiment>(n: &Nitro<E>, split: &str) -> Result<Batch, Error> {
-    let set = match split {
-        "train" => Some(&n.data.train),
-        "val" => n.data.val.as_ref(),
-        "test" => n.data.test.as_ref(),
-        _ => None,
-    }
-    .ok_or_else(|| format!("split `{split}` is absent (train, val, test)"))?;
-    let names: Vec<&str> = n
-        .programs
-        .layout
-        .forward_fields
-        .iter()
-        .map(String::as_str)
-        .collect();
-    let indices: Vec<usize> = (0..nitro_data::Dataset::len(set)).collect();
-    Ok(nitro_data::Dataset::gather(set, &indices, &names)?)
 }
