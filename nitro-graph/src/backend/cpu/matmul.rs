@@ -88,32 +88,12 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     };
     // A large f32 product on an AVX2 machine without AVX-512 goes to our
     // own kernel (`sgemm`); everything else to `gemm`. The pointer casts below only
-    // run when `fast`, i.e. when the element type is f32.
+    // run when `fast`, i.e. when the element type is f32. A k-split product
+    // (an output of at most 128x128) is never large, so it stays on `gemm`.
     let fast = out.dtype == DType::F32
         && flops >= sgemm::LARGE_MACS
         && m.min(n) >= sgemm::LARGE_SIDE
         && sgemm::preferred();
-    let product = |m: usize, n: usize, k: usize, ap, a_rs, a_cs, bp, b_rs, b_cs, dst, parallel| {
-        let operand = |ptr: *const u8, rs, cs| sgemm::Operand {
-            ptr: ptr as *const f32,
-            rs,
-            cs,
-        };
-        // SAFETY: the caller's pointers address op(a) [m, k], op(b) [k, n]
-        // through these strides and a row-major [m, n] output.
-        unsafe {
-            sgemm::sgemm(
-                m,
-                n,
-                k,
-                operand(ap, a_rs, a_cs),
-                operand(bp, b_rs, b_cs),
-                dst as *mut f32,
-                n,
-                parallel,
-            )
-        }
-    };
     macro_rules! run {
         ($t:ty, $zero:expr, $one:expr) => {{
             if k_parts > 1 {
@@ -133,23 +113,6 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                     unsafe {
                         let ap = a.ptr::<$t>().offset(p0 as isize * a_cs);
                         let bp = b.ptr::<$t>().offset(p0 as isize * b_rs);
-                        if fast {
-                            let (ap, bp, dp) =
-                                (ap as *const u8, bp as *const u8, dst.ptr::<$t>() as *mut u8);
-                            return product(
-                                m,
-                                n,
-                                p1 - p0,
-                                ap,
-                                a_rs,
-                                a_cs,
-                                bp,
-                                b_rs,
-                                b_cs,
-                                dp,
-                                false,
-                            );
-                        }
                         gemm::gemm(
                             m,
                             n,
@@ -193,9 +156,14 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                         return;
                     }
                     if fast {
+                        let operand = |ptr: *const $t, rs, cs| sgemm::Operand {
+                            ptr: ptr as *const f32,
+                            rs,
+                            cs,
+                        };
                         let parallel = matches!(par, gemm::Parallelism::Rayon(_));
-                        let (ap, bp, dp) = (ap as *const u8, bp as *const u8, op as *mut u8);
-                        return product(m, n, k, ap, a_rs, a_cs, bp, b_rs, b_cs, dp, parallel);
+                        let (a, b) = (operand(ap, a_rs, a_cs), operand(bp, b_rs, b_cs));
+                        return sgemm::sgemm(m, n, k, a, b, op as *mut f32, n, parallel);
                     }
                     gemm::gemm(
                         m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero,
