@@ -88,7 +88,7 @@ fn ci() -> Result<(), String> {
 /// not running tests, is where CI's time goes. The GPU path must never stop
 /// compiling, even on a machine without one: clippy checks every target with
 /// the features on; then only the tests the features change run again (the
-/// rest ran in [`test`]). Their GPU cases print "skipped: no CUDA driver"
+/// rest ran in [`test()`]). Their GPU cases print "skipped: no CUDA driver"
 /// here; the generated kernels still run, through host emulation.
 fn optional_features() -> Result<(), String> {
     let with_mpi = mpi::available();
