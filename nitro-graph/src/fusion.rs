@@ -3,15 +3,24 @@
 //! Policy, in order of the pass:
 //! - `reshape` is free (an alias of its argument's buffer) and `broadcast`
 //!   is free for elementwise consumers (a strided read of its source);
-//!   `fill` and `iota` are computed inline where they are used.
+//!   `fill` and `iota` are computed inline where they are used. A permute
+//!   that keeps the last axis in place ([`permute_is_free`]: the NCHW
+//!   restore after a convolution's matmul) is free the same way, a strided
+//!   read of contiguous runs.
 //! - Each elementwise node joins the newest group of one of its arguments
 //!   with the same element count, provided every other value it reads is
 //!   ready before that group runs; otherwise it starts a new group. A group
 //!   becomes one loop over chunks of elements, so a chain like
 //!   `m*b1 + g*(1-b1)` or a whole Adam update is one kernel and its
 //!   temporaries never touch memory.
-//! - Every other primitive (matmul, reductions, data movement) is its own
-//!   kernel; its arguments are materialised.
+//! - A sum or max whose input is a group member, over a layout that splits
+//!   into blocks of whole rows ([`RowBlocks`]: softmax and layer-norm rows,
+//!   pooling windows), becomes a *tail* of that group where the backend
+//!   allows it ([`Rules`]): the group computes a block of rows and reduces
+//!   it while it is in cache, and the member is stored only if something
+//!   else reads it.
+//! - Every other primitive (matmul, other reductions, data movement) is its
+//!   own kernel; its arguments are materialised.
 //! - A group member is stored only if something outside the group reads it.
 //!
 //! Cost: one pass over the nodes with a scan over argument groups, O(nodes).
@@ -64,6 +73,106 @@ pub struct FusedGroup {
     pub stores: Vec<NodeId>,
     /// Elements per member.
     pub numel: usize,
+    /// Reductions of members computed in the same pass (see [`Tail`]).
+    pub tails: Vec<Tail>,
+}
+
+/// A reduction fused onto the end of a group: reduce node `node`, whose
+/// input is the group member `input` (through reshapes), over `blocks`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tail {
+    /// The `ReduceSum` / `ReduceMax` node.
+    pub node: NodeId,
+    /// The member it reduces.
+    pub input: NodeId,
+    /// How its input splits into independently reduced rows.
+    pub blocks: RowBlocks,
+}
+
+/// A reduction whose input is `rows` contiguous rows, each reduced to its
+/// own contiguous outputs by the same computation whatever the number of
+/// rows: so any block of whole rows can be reduced on its own, and the
+/// result is bit-identical to reducing everything at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowBlocks {
+    /// Independent rows (the leading kept axes).
+    pub rows: usize,
+    /// The layout inside a row.
+    pub layout: RowLayout,
+}
+
+/// What one row of a [`RowBlocks`] reduction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowLayout {
+    /// `r` elements to one output (softmax, log-softmax, norms, losses).
+    Trailing {
+        /// Elements per row.
+        r: usize,
+    },
+    /// `[r1, k2, r2]` reduced over `r1` and `r2` to `k2` outputs (pooling
+    /// windows: `[n*c*oh, k, ow, k]`).
+    Pooling {
+        /// Window rows.
+        r1: usize,
+        /// Outputs per row.
+        k2: usize,
+        /// Window columns.
+        r2: usize,
+    },
+}
+
+impl RowBlocks {
+    /// Input elements per row.
+    pub fn row_len(&self) -> usize {
+        match self.layout {
+            RowLayout::Trailing { r } => r,
+            RowLayout::Pooling { r1, k2, r2 } => r1 * k2 * r2,
+        }
+    }
+
+    /// Outputs per row.
+    pub fn row_outputs(&self) -> usize {
+        match self.layout {
+            RowLayout::Trailing { .. } => 1,
+            RowLayout::Pooling { k2, .. } => k2,
+        }
+    }
+
+    /// The row layout of a reduction of `shape` over `axes`, if it has one
+    /// with at least two rows: size-1 axes dropped and neighbours of the
+    /// same kind merged, the runs are kept-reduced or
+    /// kept-reduced-kept-reduced.
+    pub fn of(shape: &[usize], axes: &[usize]) -> Option<RowBlocks> {
+        let mut runs: Vec<(usize, bool)> = vec![];
+        for (a, &len) in shape.iter().enumerate() {
+            match len {
+                // An empty reduction fills its outputs; nothing to fuse.
+                0 => return None,
+                1 => continue,
+                _ => {}
+            }
+            let red = axes.contains(&a);
+            match runs.last_mut() {
+                Some((l, r)) if *r == red => *l *= len,
+                _ => runs.push((len, red)),
+            }
+        }
+        let (rows, layout) = match *runs.as_slice() {
+            [(rows, false), (r, true)] => (rows, RowLayout::Trailing { r }),
+            [(rows, false), (r1, true), (k2, false), (r2, true)] => {
+                (rows, RowLayout::Pooling { r1, k2, r2 })
+            }
+            _ => return None,
+        };
+        (rows >= 2).then_some(RowBlocks { rows, layout })
+    }
+}
+
+/// What the backend's fused kernels can do beyond elementwise loops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Fuse row-blocked reductions onto their producers ([`Tail`]).
+    pub reduce_tails: bool,
 }
 
 /// One unit of execution.
@@ -111,6 +220,17 @@ pub fn fill_value(graph: &Graph, mut n: NodeId) -> Option<f64> {
     }
 }
 
+/// Whether elementwise consumers read permute node `n` in place instead of
+/// a materialised copy: its last axis stays last and is long enough that
+/// the strided read is a run of contiguous copies.
+pub fn permute_is_free(graph: &Graph, n: NodeId) -> bool {
+    let Op::Permute { perm } = &graph.nodes[n].op else {
+        return false;
+    };
+    let r = perm.len();
+    r >= 2 && perm[r - 1] == r - 1 && graph.nodes[n].spec.shape[r - 1] >= 8
+}
+
 /// Row-major strides of `shape`.
 pub fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
@@ -131,6 +251,17 @@ impl<'g> Fuser<'g> {
             Op::Iota { .. } => Source::Iota(a),
             // A reshape keeps the flat order: read whatever it reshapes.
             Op::Reshape { .. } => self.resolve(node.args[0], group),
+            Op::Permute { perm } if permute_is_free(self.graph, a) => {
+                let src = node.args[0];
+                let base = strides_of(&self.graph.nodes[src].spec.shape);
+                Source::Load {
+                    node: src,
+                    access: Access::Strided {
+                        shape: node.spec.shape.clone(),
+                        strides: perm.iter().map(|&p| base[p]).collect(),
+                    },
+                }
+            }
             Op::Broadcast { shape } => {
                 let src = node.args[0];
                 let src_shape = &self.graph.nodes[src].spec.shape;
@@ -287,7 +418,7 @@ impl<'g> Fuser<'g> {
                 .iter()
                 .filter(|&&h| h < g && Some(h) != self.scalar_group)
             {
-                let mergeable = matches!(&self.main[h], Kernel::Fused(f) if f.stores.is_empty());
+                let mergeable = matches!(&self.main[h], Kernel::Fused(f) if f.stores.is_empty() && f.tails.is_empty());
                 if !mergeable {
                     continue;
                 }
@@ -330,10 +461,53 @@ impl<'g> Fuser<'g> {
             g.members.push(n);
         }
     }
+
+    /// Fuse the reduction `n` onto the group computing its input, if that
+    /// input is a group member and the reduction is row-blocked with the
+    /// same row length as the group's other tails. The reduction then runs
+    /// where the group runs: it reads nothing else.
+    fn add_tail(&mut self, n: NodeId) -> bool {
+        let node = &self.graph.nodes[n];
+        let (Op::ReduceSum { axes } | Op::ReduceMax { axes }) = &node.op else {
+            return false;
+        };
+        let arg = node.args[0];
+        let Some(blocks) = RowBlocks::of(&self.graph.nodes[arg].spec.shape, axes) else {
+            return false;
+        };
+        let mut input = arg;
+        while let Op::Reshape { .. } = self.graph.nodes[input].op {
+            input = self.graph.nodes[input].args[0];
+        }
+        let Some(g) = self.group_of[input] else {
+            return false;
+        };
+        if Some(g) == self.scalar_group {
+            return false;
+        }
+        let Kernel::Fused(group) = &mut self.main[g] else {
+            return false;
+        };
+        if group
+            .tails
+            .iter()
+            .any(|t| t.blocks.row_len() != blocks.row_len() || t.blocks.rows != blocks.rows)
+        {
+            return false;
+        }
+        group.tails.push(Tail {
+            node: n,
+            input,
+            blocks,
+        });
+        self.kernel_of[n] = Some(g);
+        self.stored[n] = true;
+        true
+    }
 }
 
-/// Partition `graph` into kernels.
-pub fn schedule(graph: &Graph) -> Schedule {
+/// Partition `graph` into kernels under the backend's `rules`.
+pub fn schedule(graph: &Graph, rules: Rules) -> Schedule {
     let n = graph.nodes.len();
     let mut f = Fuser {
         graph,
@@ -348,7 +522,10 @@ pub fn schedule(graph: &Graph) -> Schedule {
         match &node.op {
             Op::Input { .. } | Op::Literal { .. } => f.stored[id] = true,
             Op::Fill { .. } | Op::Iota { .. } | Op::Reshape { .. } | Op::Broadcast { .. } => {}
+            Op::Permute { .. } if permute_is_free(graph, id) => {}
             op if op.is_elementwise() => f.add_elementwise(id),
+            Op::ReduceSum { .. } | Op::ReduceMax { .. } if rules.reduce_tails && f.add_tail(id) => {
+            }
             _ => {
                 for a in node.args.clone() {
                     f.ensure_stored(a);
@@ -390,6 +567,7 @@ pub fn schedule(graph: &Graph) -> Schedule {
                 sources: vec![vec![]],
                 stores: vec![c],
                 numel: graph.nodes[c].spec.numel(),
+                tails: vec![],
             })
         })
         .collect();
@@ -408,7 +586,10 @@ pub fn schedule(graph: &Graph) -> Schedule {
     let mut producer = vec![None; n];
     for (k, kernel) in kernels.iter().enumerate() {
         match kernel {
-            Kernel::Fused(g) => g.stores.iter().for_each(|&s| producer[s] = Some(k)),
+            Kernel::Fused(g) => {
+                g.stores.iter().for_each(|&s| producer[s] = Some(k));
+                g.tails.iter().for_each(|t| producer[t.node] = Some(k));
+            }
             Kernel::Single(s) => producer[*s] = Some(k),
         }
     }

@@ -7,7 +7,7 @@
 //! `fusion`, `passes`, `ir`.
 
 use crate::error::{GraphError, Result};
-use crate::fusion::{schedule, Kernel, Schedule};
+use crate::fusion::{schedule, Kernel, Rules, Schedule};
 use crate::ir::{Graph, TensorSpec};
 use crate::passes::{default_pipeline, optimize, Pass};
 use crate::plan::{plan, MemoryPlan};
@@ -78,9 +78,10 @@ pub struct ProgramDesc {
 }
 
 impl ProgramDesc {
-    /// Check the donations, run the passes, schedule and plan `graph`: the
-    /// part of compiling every backend shares, done once.
-    pub fn lower(mut graph: Graph, options: CompileOptions) -> Result<ProgramDesc> {
+    /// Check the donations, run the passes, schedule (under the backend's
+    /// fusion `rules`) and plan `graph`: the part of compiling every backend
+    /// shares, done once.
+    pub fn lower(mut graph: Graph, options: CompileOptions, rules: Rules) -> Result<ProgramDesc> {
         let start = Instant::now();
         let mut donate = Vec::new();
         for (input, output) in &options.donate {
@@ -113,7 +114,7 @@ impl ProgramDesc {
         }
         optimize(&mut graph, &options.passes);
         let world_size = collective_world(&graph, &options.name)?;
-        let sched: Schedule = schedule(&graph);
+        let sched: Schedule = schedule(&graph, rules);
         let memory = plan(&graph, &sched, &donate);
         let returned = memory
             .returned_outputs(&graph)

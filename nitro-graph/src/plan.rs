@@ -178,7 +178,12 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
     let mut free: Vec<usize> = Vec::new();
     for (k, kernel) in schedule.kernels.iter().enumerate() {
         let produced: Vec<NodeId> = match kernel {
-            Kernel::Fused(g) => g.stores.clone(),
+            Kernel::Fused(g) => g
+                .stores
+                .iter()
+                .copied()
+                .chain(g.tails.iter().map(|t| t.node))
+                .collect(),
             Kernel::Single(s) => vec![*s],
         };
         for p in produced {

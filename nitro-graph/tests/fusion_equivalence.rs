@@ -83,3 +83,62 @@ proptest! {
         }
     }
 }
+
+/// Softmax rows, layer-norm statistics and pooling windows: reductions
+/// fused onto the elementwise group that computes their input (a tail, no
+/// kernel of their own) give exactly the unfused result, bit for bit,
+/// whether a task holds many rows or a row spans many chunks.
+#[test]
+fn reductions_fused_onto_their_producers_equal_the_unfused_ones_bit_for_bit() {
+    type Model = fn(&nitro_graph::Tensor) -> Vec<(String, nitro_graph::Tensor)>;
+    let softmax: Model = |x| {
+        let z = x * 1.5 - 0.25;
+        let m = z.max(&[1]);
+        let e = (&z - m.reshape(&[z.shape()[0], 1])).exp();
+        let s = e.sum(&[1]);
+        vec![
+            ("p".into(), &e / s.reshape(&[z.shape()[0], 1])),
+            ("m".into(), m),
+        ]
+    };
+    let pool: Model = |x| {
+        // relu(x + 0.1), then 2x2 max and sum pooling of [n, c, 12, 12].
+        let y = nitro_graph::nn::ops::relu(&(x + 0.1));
+        let r = y.reshape(&[4, 3, 6, 2, 6, 2]);
+        vec![
+            ("max".into(), r.max(&[3, 5])),
+            ("sum".into(), r.sum(&[3, 5])),
+        ]
+    };
+    let cases: [(&str, Vec<usize>, Model); 4] = [
+        // rows longer than a chunk, several rows per task
+        ("softmax 300x1000", vec![300, 1000], softmax),
+        // many short rows, several tasks
+        ("softmax 40000x3", vec![40000, 3], softmax),
+        ("softmax 2x20000", vec![2, 20000], softmax),
+        ("pool 4x3x12x12", vec![4, 3, 12, 12], pool),
+    ];
+    for d in [DType::F32, DType::F64] {
+        for (name, shape, model) in &cases {
+            let specs = [("x", TensorSpec::new(d, shape))];
+            let graph = trace(&specs, |_, t| Ok(model(&t[0]))).unwrap();
+            let n: usize = shape.iter().product();
+            let x = Array::new(shape, values(n, 7)).unwrap().cast(d);
+            let want = node_by_node(&graph, std::slice::from_ref(&x));
+            let program = compile_graph(graph, CompileOptions::named("whole")).unwrap();
+            let listing = program.listing();
+            assert!(
+                !listing.contains("reduce_max ->") && !listing.contains("reduce_sum ->"),
+                "{name} {d}: a reduction ran as its own kernel:\n{listing}"
+            );
+            let got = program.run(&mut [x]).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.shape(), w.shape(), "{name} {d}");
+                assert!(
+                    g.to_f64_vec() == w.to_f64_vec(),
+                    "{name} {d}: fused and unfused differ"
+                );
+            }
+        }
+    }
+}

@@ -6,6 +6,7 @@
 use super::Array;
 use crate::backend::cpu::CpuExecutable;
 use crate::error::{GraphError, Result};
+use crate::fusion::Rules;
 use crate::ir::{Graph, TensorSpec};
 pub use crate::lower::{CompileOptions, ProgramDesc, ProgramStats};
 use crate::trace::{trace, Tensor, Tracer};
@@ -35,7 +36,9 @@ impl std::fmt::Debug for Program {
 
 /// Compile an already traced graph.
 pub fn compile_graph(graph: Graph, options: CompileOptions) -> Result<Program> {
-    let mut desc = ProgramDesc::lower(graph, options)?;
+    // The CPU's fused kernels reduce row blocks in the same pass.
+    let rules = Rules { reduce_tails: true };
+    let mut desc = ProgramDesc::lower(graph, options, rules)?;
     let start = Instant::now();
     let exe = CpuExecutable::new(desc.graph(), desc.schedule());
     desc.add_compile_ms(start.elapsed().as_secs_f64() * 1e3);

@@ -17,7 +17,7 @@
 
 use super::movement;
 use super::raw::Raw;
-use crate::fusion::strides_of;
+use crate::fusion::{strides_of, RowLayout};
 use nitro_device::{DType, HostBuffer};
 use rayon::prelude::*;
 
@@ -189,6 +189,20 @@ pub fn reduce(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[usiz
         if is_trailing { reduced } else { out_n },
         is_trailing,
     )
+}
+
+/// Reduce whole rows of a row-blocked reduction (`fusion::RowBlocks`):
+/// `src` holds some number of rows of `layout`, `dst` their outputs. The
+/// row kernels are those [`reduce`] picks for the whole array, so a block
+/// reduced here equals the same rows reduced at once, bit for bit.
+pub fn reduce_rows(kind: Reduction, layout: RowLayout, src: Raw, dst: Raw) {
+    match layout {
+        RowLayout::Trailing { r } => reduce_layout(kind, src, dst, r, true),
+        RowLayout::Pooling { r1, k2, r2 } => {
+            let k1 = dst.len / k2.max(1);
+            reduce_in(kind, src, dst, Layout::Pooling { k1, r1, k2, r2 })
+        }
+    }
 }
 
 /// The axes of `shape` as runs `(length, reduced)`: size-1 axes dropped,

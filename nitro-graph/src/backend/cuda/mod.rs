@@ -37,6 +37,7 @@ pub use codegen::{CudaSource, Step};
 pub use executable::CudaExecutable;
 
 use crate::error::{GraphError, Result};
+use crate::fusion::Rules;
 use crate::ir::{Graph, TensorSpec};
 use crate::lower::{CompileOptions, ProgramDesc};
 use crate::trace::{trace, Tensor, Tracer};
@@ -75,7 +76,8 @@ impl std::fmt::Debug for CudaProgram {
 impl CudaProgram {
     /// Compile `graph` and generate its CUDA source, without a device.
     pub fn generate(graph: Graph, options: CompileOptions) -> Result<CudaProgram> {
-        let desc = ProgramDesc::lower(graph, options)?;
+        // The generated kernels fuse elementwise work only.
+        let desc = ProgramDesc::lower(graph, options, Rules::default())?;
         let source = codegen::generate(desc.graph(), desc.schedule());
         Ok(CudaProgram {
             desc,

@@ -5,6 +5,12 @@
 //! the group never writes an intermediate to memory. Large groups split
 //! their index range over rayon tasks.
 //!
+//! A group with reduction tails (`fusion::Tail`) runs by blocks of whole
+//! rows instead: each task computes its rows chunk by chunk, keeps the
+//! tails' inputs in a block-sized scratch buffer (L2), and reduces the block
+//! with the same row kernels the unfused reduction uses, so fusing never
+//! changes a result bit.
+//!
 //! The chunk loops (`chunk`) are built twice: for the architecture's
 //! baseline and inside an AVX2 entry point chosen at run time, once per
 //! task ([`super::simd`]). Without it the crate's SSE2 build left most
@@ -16,9 +22,11 @@ mod chunk;
 pub use chunk::uniform;
 
 use super::raw::Raw;
-use crate::fusion::{Access, FusedGroup, Source};
+use super::reduce::{self, Reduction};
+use crate::fusion::{Access, FusedGroup, RowLayout, Source};
 use crate::ir::{Graph, NodeId, Op};
 use chunk::{class_of, exec, store, Class, Instr, Reg};
+use nitro_device::{DType, HostBuffer};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -33,7 +41,7 @@ const TASK: usize = 16 * 1024;
 pub struct FusedKernel {
     /// Stored nodes the kernel reads, in input order.
     pub inputs: Vec<NodeId>,
-    /// Nodes it writes, in output order.
+    /// Nodes it writes, in output order: stored members, then tails.
     pub outputs: Vec<NodeId>,
     classes: Vec<Class>,
     /// Constants and scalar loads (run once per task), then per-chunk loads,
@@ -43,6 +51,20 @@ pub struct FusedKernel {
     constants: usize,
     stores: Vec<usize>,
     numel: usize,
+    tails: Vec<TailReduce>,
+    /// Rows and elements per row of the tails (all alike; 0 without tails).
+    rows: usize,
+    row_len: usize,
+}
+
+/// A reduction of one register's values, row block by row block.
+#[derive(Clone, Debug)]
+struct TailReduce {
+    reg: usize,
+    kind: Reduction,
+    layout: RowLayout,
+    row_outputs: usize,
+    dtype: DType,
 }
 
 impl FusedKernel {
@@ -56,6 +78,9 @@ impl FusedKernel {
             constants: 0,
             stores: vec![],
             numel: group.numel,
+            tails: vec![],
+            rows: group.tails.first().map_or(0, |t| t.blocks.rows),
+            row_len: group.tails.first().map_or(0, |t| t.blocks.row_len()),
         };
         let mut reg_of: HashMap<NodeId, usize> = HashMap::new();
         let mut source_reg: HashMap<String, usize> = HashMap::new();
@@ -175,6 +200,19 @@ impl FusedKernel {
         k.constants = fills.len();
         k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
         k.stores = group.stores.iter().map(|s| reg_of[s]).collect();
+        for t in &group.tails {
+            k.outputs.push(t.node);
+            k.tails.push(TailReduce {
+                reg: reg_of[&t.input],
+                kind: match graph.nodes[t.node].op {
+                    Op::ReduceSum { .. } => Reduction::Sum,
+                    _ => Reduction::Max,
+                },
+                layout: t.blocks.layout,
+                row_outputs: t.blocks.row_outputs(),
+                dtype: graph.nodes[t.input].spec.dtype,
+            });
+        }
         k
     }
 
@@ -186,18 +224,59 @@ impl FusedKernel {
     /// Run over all elements, reading `inputs` and writing `outputs`.
     pub fn run(&self, inputs: &[Raw], outputs: &[Raw]) {
         let n = self.numel;
+        if !self.tails.is_empty() {
+            return self.run_rows(inputs, outputs);
+        }
         if n <= TASK {
-            self.run_range(inputs, outputs, 0, n);
+            self.run_range(inputs, outputs, &[], 0, n);
         } else {
             (0..n.div_ceil(TASK)).into_par_iter().for_each(|t| {
                 let start = t * TASK;
-                self.run_range(inputs, outputs, start, (start + TASK).min(n));
+                self.run_range(inputs, outputs, &[], start, (start + TASK).min(n));
             });
         }
     }
 
-    /// Elements `start..end`, in the widest build of the loops this CPU runs.
-    fn run_range(&self, inputs: &[Raw], outputs: &[Raw], start: usize, end: usize) {
+    /// A group with tails: tasks of whole rows (about [`TASK`] elements),
+    /// each computing its block into scratch and reducing it there.
+    fn run_rows(&self, inputs: &[Raw], outputs: &[Raw]) {
+        let (stores, tail_outs) = outputs.split_at(self.stores.len());
+        let per_task = (TASK / self.row_len.max(1)).max(1);
+        let block = |t: usize| {
+            let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(self.rows));
+            let len = (r1 - r0) * self.row_len;
+            let mut scratch: Vec<HostBuffer> = self
+                .tails
+                .iter()
+                .map(|t| HostBuffer::zeros(t.dtype, len))
+                .collect();
+            let raws: Vec<Raw> = scratch.iter_mut().map(Raw::of).collect();
+            let start = r0 * self.row_len;
+            self.run_range(inputs, stores, &raws, start, start + len);
+            for ((tail, &src), &out) in self.tails.iter().zip(&raws).zip(tail_outs) {
+                let per = tail.row_outputs;
+                let dst = out.sub(r0 * per, (r1 - r0) * per);
+                reduce::reduce_rows(tail.kind, tail.layout, src, dst);
+            }
+        };
+        let tasks = self.rows.div_ceil(per_task);
+        if self.numel <= TASK {
+            (0..tasks).for_each(block);
+        } else {
+            (0..tasks).into_par_iter().for_each(block);
+        }
+    }
+
+    /// Elements `start..end`, in the widest build of the loops this CPU
+    /// runs; the tails' inputs go to `scratch` (indexed from `start`).
+    fn run_range(
+        &self,
+        inputs: &[Raw],
+        outputs: &[Raw],
+        scratch: &[Raw],
+        start: usize,
+        end: usize,
+    ) {
         #[cfg(target_arch = "x86_64")]
         if super::simd::avx2() {
             #[target_feature(enable = "avx2")]
@@ -205,20 +284,28 @@ impl FusedKernel {
                 k: &FusedKernel,
                 inputs: &[Raw],
                 outputs: &[Raw],
+                scratch: &[Raw],
                 start: usize,
                 end: usize,
             ) {
-                k.run_range_inline(inputs, outputs, start, end)
+                k.run_range_inline(inputs, outputs, scratch, start, end)
             }
             // SAFETY: the CPU has AVX2 (checked above).
-            return unsafe { wide(self, inputs, outputs, start, end) };
+            return unsafe { wide(self, inputs, outputs, scratch, start, end) };
         }
-        self.run_range_inline(inputs, outputs, start, end)
+        self.run_range_inline(inputs, outputs, scratch, start, end)
     }
 
     /// The chunk loop; inlined into each build of [`FusedKernel::run_range`].
     #[inline(always)]
-    fn run_range_inline(&self, inputs: &[Raw], outputs: &[Raw], start: usize, end: usize) {
+    fn run_range_inline(
+        &self,
+        inputs: &[Raw],
+        outputs: &[Raw],
+        scratch: &[Raw],
+        start: usize,
+        end: usize,
+    ) {
         let mut regs: Vec<Reg> = self.classes.iter().map(|&c| Reg::new(c)).collect();
         for instr in &self.instrs[..self.constants] {
             exec(instr, &mut regs, inputs, 0, CHUNK);
@@ -231,6 +318,9 @@ impl FusedKernel {
             }
             for (&r, out) in self.stores.iter().zip(outputs) {
                 store(&regs[r], *out, at, len);
+            }
+            for (tail, out) in self.tails.iter().zip(scratch) {
+                store(&regs[tail.reg], *out, at - start, len);
             }
             at += len;
         }

@@ -4,7 +4,7 @@
 
 use super::FusedKernel;
 use crate::backend::cpu::raw::Raw;
-use crate::fusion::{schedule, Kernel};
+use crate::fusion::{schedule, Kernel, Rules};
 use crate::ir::{Graph, Op, TensorSpec};
 use crate::semantics::Scalar;
 use crate::trace::{trace, Tensor};
@@ -107,7 +107,7 @@ fn buffer(d: DType, v: &[f64]) -> HostBuffer {
 /// the baseline build and with the dispatched one; the outputs' bytes.
 fn both_builds(graph: &Graph, inputs: &mut [HostBuffer]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let (mut base, mut wide) = (vec![], vec![]);
-    for kernel in schedule(graph).kernels {
+    for kernel in schedule(graph, Rules::default()).kernels {
         let Kernel::Fused(group) = kernel else {
             continue;
         };
@@ -130,7 +130,7 @@ fn both_builds(graph: &Graph, inputs: &mut [HostBuffer]) -> (Vec<Vec<u8>>, Vec<V
             run(&ins, &raws);
             bufs.iter().map(|b| b.to_le_bytes()).collect()
         };
-        base.extend(outs(&|i, o| k.run_range_inline(i, o, 0, k.numel)));
+        base.extend(outs(&|i, o| k.run_range_inline(i, o, &[], 0, k.numel)));
         wide.extend(outs(&|i, o| k.run(i, o)));
     }
     (base, wide)

@@ -135,6 +135,11 @@ pub fn generate(graph: &Graph, schedule: &Schedule) -> CudaSource {
     for (k, kernel) in schedule.kernels.iter().enumerate() {
         match kernel {
             Kernel::Fused(group) => {
+                // Lowered for CUDA with `Rules::default()`: no tails.
+                debug_assert!(
+                    group.tails.is_empty(),
+                    "CUDA fused kernels have no reduction tails"
+                );
                 let name = format!("k{k}_fused");
                 let (code, args) = fused::fused(graph, group, &name);
                 out.add(name, code, Grid::PerElement(group.numel), args, k);
