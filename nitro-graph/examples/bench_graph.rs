@@ -22,6 +22,31 @@ fn machine() -> String {
     )
 }
 
+/// `NITRO_PROFILE=1`: the `top` slowest kernels of one profiled call, then
+/// the time per kind of kernel (the op's name), on stderr.
+fn print_profile(rows: &[(f64, String)], top: usize) {
+    for (ms, what) in rows.iter().take(top) {
+        eprintln!("{ms:8.3} ms  {what}");
+    }
+    let mut kinds: Vec<(String, f64, usize)> = vec![];
+    for (ms, what) in rows {
+        let kind = what.split([' ', '[']).next().unwrap_or("").to_string();
+        match kinds.iter_mut().find(|k| k.0 == kind) {
+            Some(k) => {
+                k.1 += ms;
+                k.2 += 1;
+            }
+            None => kinds.push((kind, *ms, 1)),
+        }
+    }
+    kinds.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = rows.iter().map(|r| r.0).sum();
+    eprintln!("by kind (total {total:.3} ms):");
+    for (kind, ms, n) in kinds {
+        eprintln!("{ms:8.3} ms  {:5.1}%  {n:4} x {kind}", 100.0 * ms / total);
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("finite timings"));
     v[v.len() / 2]
@@ -98,9 +123,7 @@ fn bench_step(name: &str, model: Chain, x: &[usize], runs: usize) {
         step.step(&batch, &y).expect("step runs");
     }));
     if std::env::var_os("NITRO_PROFILE").is_some() {
-        for (ms, what) in step.profile().expect("runs").iter().take(15) {
-            eprintln!("{ms:8.3} ms  {what}");
-        }
+        print_profile(&step.profile().expect("runs"), 15);
     }
     let s = step.program().stats();
     println!(
@@ -149,9 +172,7 @@ fn bench_predict(name: &str, model: Chain, x: &[usize], runs: usize) {
         program.run(&mut args).expect("runs");
     }));
     if std::env::var_os("NITRO_PROFILE").is_some() {
-        for (ms, what) in program.profile(&mut args).expect("runs").iter().take(15) {
-            eprintln!("{ms:8.3} ms  {what}");
-        }
+        print_profile(&program.profile(&mut args).expect("runs"), 15);
     }
     println!(
         "{{\"bench\":\"{name}\",\"batch\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},{}}}",
@@ -203,9 +224,7 @@ fn bench_gpt_step(runs: usize) {
         }
     }));
     if std::env::var_os("NITRO_PROFILE").is_some() {
-        for (ms, what) in step.profile().expect("runs").iter().take(25) {
-            eprintln!("{ms:8.3} ms  {what}");
-        }
+        print_profile(&step.profile().expect("runs"), 25);
     }
     let s = step.program().stats();
     let (t, c_ms) = (median(trace_ms), median(compile_ms));
@@ -262,6 +281,9 @@ fn bench_gpt_predict(runs: usize) {
     let ms = median(time_runs(3, runs, || {
         program.run(&mut args).expect("runs");
     }));
+    if std::env::var_os("NITRO_PROFILE").is_some() {
+        print_profile(&program.profile(&mut args).expect("runs"), 15);
+    }
     println!(
         "{{\"bench\":\"gpt_predict\",\"batch\":{GPT_BATCH},\"context\":{},\"median_ms\":{ms:.3},\"runs\":{runs},\"kernels\":{},\"compile_ms\":{:.3},{}}}",
         c.context,

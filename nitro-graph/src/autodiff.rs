@@ -65,7 +65,9 @@ impl Tracer {
                     continue;
                 }
                 let sum = match adjoint.remove(arg) {
-                    Some(prev) => &prev + &contrib,
+                    Some(prev) => self
+                        .join_pads(&prev, &contrib)
+                        .unwrap_or_else(|| &prev + &contrib),
                     None => contrib,
                 };
                 adjoint.insert(*arg, sum);
@@ -84,6 +86,60 @@ impl Tracer {
             Some(err) => Err(err),
             None => Ok(grads),
         }
+    }
+
+    /// The sum of two adjoint contributions that are zero-padded pieces of
+    /// one axis lying side by side (the VJPs of slices that split a tensor:
+    /// a fused QKV projection's q, k and v) as one padded concatenation,
+    /// instead of two full-size pads and an add; a concatenation alone
+    /// once the pieces cover the axis. Mathematically the same adjoint; the
+    /// sum would only turn a `-0.0` entry into `+0.0`.
+    fn join_pads(&self, a: &Tensor, b: &Tensor) -> Option<Tensor> {
+        // (source, axis, lo, hi) of a pad along one axis only, zero fill.
+        let piece = |t: &Tensor| {
+            let (op, args, _) = self.node(t.id);
+            let Op::Pad {
+                lo,
+                hi,
+                interior,
+                value,
+            } = op
+            else {
+                return None;
+            };
+            if value != 0.0 || interior.iter().any(|&i| i != 0) {
+                return None;
+            }
+            let mut axes = (0..lo.len()).filter(|&i| lo[i] != 0 || hi[i] != 0);
+            let axis = axes.next()?;
+            if axes.next().is_some() {
+                return None;
+            }
+            Some((self.handle(args[0]), axis, lo[axis], hi[axis]))
+        };
+        let (pa, pb) = (piece(a)?, piece(b)?);
+        let ((first, axis, lo, _), (second, axis2, _, hi)) =
+            if pa.2 < pb.2 { (pa, pb) } else { (pb, pa) };
+        if axis != axis2 || lo + first.shape()[axis] + second.shape()[axis] + hi != a.shape()[axis]
+        {
+            return None;
+        }
+        // Pieces already joined stay one flat concatenation.
+        let parts = |t: Tensor| match self.node(t.id) {
+            (Op::Concat { axis: c }, args, _) if c == axis => {
+                args.into_iter().map(|x| self.handle(x)).collect()
+            }
+            _ => vec![t],
+        };
+        let mut all = parts(first);
+        all.extend(parts(second));
+        let joined = Tensor::concat(&all, axis).ok()?;
+        if lo == 0 && hi == 0 {
+            return Some(joined);
+        }
+        let (mut los, mut his) = (vec![0; a.rank()], vec![0; a.rank()]);
+        (los[axis], his[axis]) = (lo, hi);
+        Some(joined.pad(&los, &his, 0.0))
     }
 
     /// Nodes that depend on some `wrt` and that `loss` depends on.

@@ -184,3 +184,46 @@ fn memory_plan_reuses_buffers() {
         "at most three live 32x32 buffers: {s:?}"
     );
 }
+
+/// The gradient of slices that split a tensor (a fused QKV projection's
+/// q, k, v) is one concatenation of the pieces' gradients, not full-size
+/// zero pads summed; pieces with a gap between them keep the pads. Both
+/// equal the closed form: each column's gradient is its piece's weight.
+#[test]
+fn the_gradient_of_a_split_is_a_concatenation() {
+    for (pieces, covers) in [
+        (vec![(0, 2), (2, 5), (5, 6)], true),
+        (vec![(0, 2), (4, 6)], false),
+    ] {
+        let specs = [("x", TensorSpec::new(nitro_graph::DType::F64, &[3, 6]))];
+        let cut = pieces.clone();
+        let mut g = trace(&specs, move |tr, t| {
+            let loss = cut
+                .iter()
+                .enumerate()
+                .map(|(i, &(a, b))| (t[0].narrow(1, a, b) * (i as f64 + 2.0)).sum_all())
+                .reduce(|x, y| x + y)
+                .unwrap();
+            Ok(vec![("g".into(), tr.grad(&loss, &[&t[0]])?[0].clone())])
+        })
+        .unwrap();
+        // The pads a join replaced are dead; the pass that drops them runs first.
+        Dce.run(&mut g);
+        let ops: Vec<String> = g.nodes.iter().map(|n| n.op.name()).collect();
+        let pads = ops.iter().filter(|o| *o == "pad").count();
+        assert_eq!(ops.iter().any(|o| o == "concat"), covers, "{ops:?}");
+        assert_eq!(pads, if covers { 0 } else { 2 }, "{ops:?}");
+        let program = compile_graph(g, CompileOptions::named("split_grad")).unwrap();
+        let mut x = [Array::new(&[3, 6], vec![0.5f64; 18]).unwrap()];
+        let got = program.run(&mut x).unwrap().remove(0).to_f64_vec();
+        for r in 0..3 {
+            for c in 0..6 {
+                let want = pieces
+                    .iter()
+                    .position(|&(a, b)| a <= c && c < b)
+                    .map_or(0.0, |i| i as f64 + 2.0);
+                assert_eq!(got[r * 6 + c], want, "row {r} column {c}");
+            }
+        }
+    }
+}

@@ -12,7 +12,8 @@
 //! [`PARALLEL_MIN_FLOPS`] multiply-adds; below that waking the workers
 //! costs more than it saves, so it runs inline on the calling thread. A
 //! batch of products each too small to split runs its batch entries in
-//! parallel instead, one inline product per task; a product with a small
+//! parallel instead, one inline product per task (so does a batch of
+//! mid-sized products with at least two per thread); a product with a small
 //! output and a long contraction splits the contraction.
 
 use super::raw::Raw;
@@ -24,6 +25,13 @@ use rayon::prelude::*;
 /// waking a worker (~10-20 us) costs more than half the product saves
 /// (at 2^18 it takes ~5 us at 100 GFLOPS on one core).
 const PARALLEL_MIN_FLOPS: usize = 1 << 18;
+
+/// A batch of at least two products per thread, each below this many
+/// multiply-adds (attention's per-head `[128, 64] x [64, 128]`: 2^20),
+/// runs one inline product per task even when each product could split:
+/// splitting every product of the batch pays one wake-up and one join per
+/// product, the batch split pays them once.
+const BATCH_SPLIT_MAX_FLOPS: usize = 1 << 22;
 
 /// A k-split product has at most this many outputs (each task holds a
 /// partial copy of the output; beyond this gemm's own blocking shares out
@@ -71,7 +79,8 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     let flops = m * n * k;
     let whole = flops >= PARALLEL_MIN_FLOPS;
     // Small products of a large batch: parallel over the batch instead.
-    let over_batch = !whole && batch > 1 && flops * batch >= PARALLEL_MIN_FLOPS;
+    let many = batch >= 2 * rayon::current_num_threads() && flops < BATCH_SPLIT_MAX_FLOPS;
+    let over_batch = (!whole || many) && batch > 1 && flops * batch >= PARALLEL_MIN_FLOPS;
     // A small output with a long contraction (a weight gradient summed
     // over a batch: [16, 150] from k = 8192) leaves gemm, which splits the
     // output into blocks, nothing to share out: split k instead, each task
@@ -81,7 +90,7 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
     } else {
         1
     };
-    let par = if whole && k_parts <= 1 {
+    let par = if whole && k_parts <= 1 && !over_batch {
         gemm::Parallelism::Rayon(0)
     } else {
         gemm::Parallelism::None
