@@ -34,15 +34,69 @@ impl<'a> MakeWriter<'a> for Captured {
     }
 }
 
-/// Run `f` with a subscriber at `level` on this thread; return what it logged.
+/// Where the one process-wide subscriber writes an event: into the
+/// calling thread's capture when one is running at that event's level or
+/// above, nowhere otherwise.
+struct Router;
+
+thread_local! {
+    static SINK: std::cell::RefCell<Option<(Captured, tracing::Level)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A writer that keeps or discards.
+pub struct Sink(Option<Captured>);
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(c) = &mut self.0 {
+            c.write_all(buf)?;
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Router {
+    type Writer = Sink;
+    fn make_writer(&'a self) -> Sink {
+        Sink(None)
+    }
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Sink {
+        SINK.with(|s| match &*s.borrow() {
+            // More verbose levels compare greater (TRACE > DEBUG > INFO).
+            Some((c, level)) if meta.level() <= level => Sink(Some(c.clone())),
+            _ => Sink(None),
+        })
+    }
+}
+
+/// Run `f` with this thread's events at `level` and above captured; return
+/// what it logged.
+///
+/// One global subscriber listens to everything and routes by thread,
+/// instead of a thread-local subscriber per capture: tracing caches per
+/// callsite whether any subscriber listens, and a callsite first hit by
+/// another test's thread while a capture's subscriber came or went could
+/// keep a stale "nobody" and drop the capture's events (seen: an INFO line
+/// missing one run in ten).
 pub fn capture<R>(level: tracing::Level, f: impl FnOnce() -> R) -> (R, String) {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(Router)
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test binary");
+    });
     let captured = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(captured.clone())
-        .with_ansi(false)
-        .without_time()
-        .finish();
-    let result = tracing::subscriber::with_default(subscriber, f);
+    SINK.with(|s| *s.borrow_mut() = Some((captured.clone(), level)));
+    let result = f();
+    SINK.with(|s| *s.borrow_mut() = None);
     (result, captured.text())
 }
