@@ -1,0 +1,105 @@
+//! Reduction tails: which sums and maxes can be computed in the pass of
+//! the elementwise group that produces their input ([`RowBlocks`]), the
+//! record of one such fusion ([`Tail`]), and the backend's say in whether
+//! to fuse them at all ([`Rules`]). The decision itself is the fuser's
+//! (`Fuser::add_tail`); running a tail is the backend's.
+
+use crate::ir::NodeId;
+
+/// A reduction fused onto the end of a group: reduce node `node`, whose
+/// input is the group member `input` (through reshapes), over `blocks`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tail {
+    /// The `ReduceSum` / `ReduceMax` node.
+    pub node: NodeId,
+    /// The member it reduces.
+    pub input: NodeId,
+    /// How its input splits into independently reduced rows.
+    pub blocks: RowBlocks,
+}
+
+/// A reduction whose input is `rows` contiguous rows, each reduced to its
+/// own contiguous outputs by the same computation whatever the number of
+/// rows: so any block of whole rows can be reduced on its own, and the
+/// result is bit-identical to reducing everything at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowBlocks {
+    /// Independent rows (the leading kept axes).
+    pub rows: usize,
+    /// The layout inside a row.
+    pub layout: RowLayout,
+}
+
+/// What one row of a [`RowBlocks`] reduction is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowLayout {
+    /// `r` elements to one output (softmax, log-softmax, norms, losses).
+    Trailing {
+        /// Elements per row.
+        r: usize,
+    },
+    /// `[r1, k2, r2]` reduced over `r1` and `r2` to `k2` outputs (pooling
+    /// windows: `[n*c*oh, k, ow, k]`).
+    Pooling {
+        /// Window rows.
+        r1: usize,
+        /// Outputs per row.
+        k2: usize,
+        /// Window columns.
+        r2: usize,
+    },
+}
+
+impl RowBlocks {
+    /// Input elements per row.
+    pub fn row_len(&self) -> usize {
+        match self.layout {
+            RowLayout::Trailing { r } => r,
+            RowLayout::Pooling { r1, k2, r2 } => r1 * k2 * r2,
+        }
+    }
+
+    /// Outputs per row.
+    pub fn row_outputs(&self) -> usize {
+        match self.layout {
+            RowLayout::Trailing { .. } => 1,
+            RowLayout::Pooling { k2, .. } => k2,
+        }
+    }
+
+    /// The row layout of a reduction of `shape` over `axes`, if it has one
+    /// with at least two rows: size-1 axes dropped and neighbours of the
+    /// same kind merged, the runs are kept-reduced or
+    /// kept-reduced-kept-reduced.
+    pub fn of(shape: &[usize], axes: &[usize]) -> Option<RowBlocks> {
+        let mut runs: Vec<(usize, bool)> = vec![];
+        for (a, &len) in shape.iter().enumerate() {
+            match len {
+                // An empty reduction fills its outputs; nothing to fuse.
+                0 => return None,
+                1 => continue,
+                _ => {}
+            }
+            let red = axes.contains(&a);
+            match runs.last_mut() {
+                Some((l, r)) if *r == red => *l *= len,
+                _ => runs.push((len, red)),
+            }
+        }
+        let (rows, layout) = match *runs.as_slice() {
+            [(rows, false), (r, true)] => (rows, RowLayout::Trailing { r }),
+            [(rows, false), (r1, true), (k2, false), (r2, true)] => {
+                (rows, RowLayout::Pooling { r1, k2, r2 })
+            }
+            _ => return None,
+        };
+        (rows >= 2).then_some(RowBlocks { rows, layout })
+    }
+}
+
+/// What the backend's fused kernels can do beyond elementwise loops.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Fuse row-blocked reductions onto their producers ([`Tail`]).
+    pub reduce_tails: bool,
+}
