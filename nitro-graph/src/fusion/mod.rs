@@ -27,7 +27,7 @@
 
 mod tails;
 
-pub use tails::{RowBlocks, RowLayout, Rules, Tail};
+pub use tails::{runs, RowBlocks, RowLayout, Rules, Tail};
 
 use crate::ir::{Graph, NodeId, Op};
 
@@ -285,16 +285,7 @@ impl<'g> Fuser<'g> {
                 }));
                 self.main.len() - 1
             });
-            for a in self.graph.nodes[n].args.clone() {
-                if let Source::Load { node, .. } = self.resolve(a, Some(g)) {
-                    self.ensure_stored(node);
-                }
-            }
-            self.group_of[n] = Some(g);
-            if let Kernel::Fused(group) = &mut self.main[g] {
-                group.members.push(n);
-            }
-            return;
+            return self.join(n, g);
         }
         let mut candidates: Vec<usize> = self.graph.nodes[n]
             .args
@@ -357,14 +348,19 @@ impl<'g> Fuser<'g> {
                 self.main.len() - 1
             }
         };
+        self.join(n, group);
+    }
+
+    /// Make `n` a member of group `g`, storing what it reads from memory.
+    fn join(&mut self, n: NodeId, g: usize) {
         for a in self.graph.nodes[n].args.clone() {
-            if let Source::Load { node, .. } = self.resolve(a, Some(group)) {
+            if let Source::Load { node, .. } = self.resolve(a, Some(g)) {
                 self.ensure_stored(node);
             }
         }
-        self.group_of[n] = Some(group);
-        if let Kernel::Fused(g) = &mut self.main[group] {
-            g.members.push(n);
+        self.group_of[n] = Some(g);
+        if let Kernel::Fused(group) = &mut self.main[g] {
+            group.members.push(n);
         }
     }
 

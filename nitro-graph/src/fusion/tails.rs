@@ -72,21 +72,11 @@ impl RowBlocks {
     /// same kind merged, the runs are kept-reduced or
     /// kept-reduced-kept-reduced.
     pub fn of(shape: &[usize], axes: &[usize]) -> Option<RowBlocks> {
-        let mut runs: Vec<(usize, bool)> = vec![];
-        for (a, &len) in shape.iter().enumerate() {
-            match len {
-                // An empty reduction fills its outputs; nothing to fuse.
-                0 => return None,
-                1 => continue,
-                _ => {}
-            }
-            let red = axes.contains(&a);
-            match runs.last_mut() {
-                Some((l, r)) if *r == red => *l *= len,
-                _ => runs.push((len, red)),
-            }
+        // An empty reduction fills its outputs; nothing to fuse.
+        if shape.contains(&0) {
+            return None;
         }
-        let (rows, layout) = match *runs.as_slice() {
+        let (rows, layout) = match *runs(shape, axes).as_slice() {
             [(rows, false), (r, true)] => (rows, RowLayout::Trailing { r }),
             [(rows, false), (r1, true), (k2, false), (r2, true)] => {
                 (rows, RowLayout::Pooling { r1, k2, r2 })
@@ -95,6 +85,25 @@ impl RowBlocks {
         };
         (rows >= 2).then_some(RowBlocks { rows, layout })
     }
+}
+
+/// The axes of `shape` reduced over `axes`, as runs `(length, reduced)`:
+/// size-1 axes dropped, neighbours of the same kind merged (row-major, so
+/// a run is contiguous). The CPU reduction kernels pick their layout from
+/// the same runs.
+pub fn runs(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
+    let mut out: Vec<(usize, bool)> = vec![];
+    for (a, &len) in shape.iter().enumerate() {
+        if len == 1 {
+            continue;
+        }
+        let red = axes.contains(&a);
+        match out.last_mut() {
+            Some((l, r)) if *r == red => *l *= len,
+            _ => out.push((len, red)),
+        }
+    }
+    out
 }
 
 /// What the backend's fused kernels can do beyond elementwise loops.

@@ -17,7 +17,7 @@
 
 use super::movement;
 use super::raw::Raw;
-use crate::fusion::{strides_of, RowLayout};
+use crate::fusion::{runs, strides_of, RowLayout};
 use nitro_device::{DType, HostBuffer};
 use rayon::prelude::*;
 
@@ -203,23 +203,6 @@ pub fn reduce_rows(kind: Reduction, layout: RowLayout, src: Raw, dst: Raw) {
             reduce_in(kind, src, dst, Layout::Pooling { k1, r1, k2, r2 })
         }
     }
-}
-
-/// The axes of `shape` as runs `(length, reduced)`: size-1 axes dropped,
-/// neighbours of the same kind merged (row-major, so a run is contiguous).
-fn runs(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
-    let mut out: Vec<(usize, bool)> = vec![];
-    for (a, &len) in shape.iter().enumerate() {
-        if len == 1 {
-            continue;
-        }
-        let red = axes.contains(&a);
-        match out.last_mut() {
-            Some((l, r)) if *r == red => *l *= len,
-            _ => out.push((len, red)),
-        }
-    }
-    out
 }
 
 /// The two in-place layouts beyond trailing and leading.
