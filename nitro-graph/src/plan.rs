@@ -102,6 +102,11 @@ pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
             .iter()
             .map(|&a| base_of(graph, a))
             .collect(),
+        // The kernel and the image the patch matrix would have come from.
+        Kernel::Conv { out, patches } => vec![
+            base_of(graph, graph.nodes[*out].args[0]),
+            base_of(graph, graph.nodes[*patches].args[0]),
+        ],
     }
 }
 
@@ -184,7 +189,7 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
                 .copied()
                 .chain(g.tails.iter().map(|t| t.node))
                 .collect(),
-            Kernel::Single(s) => vec![*s],
+            Kernel::Single(s) | Kernel::Conv { out: s, .. } => vec![*s],
         };
         for p in produced {
             if plan.storage[p] != Storage::Virtual {

@@ -142,6 +142,81 @@ proptest! {
     }
 }
 
+/// Naive f64 convolution of f32 data (stride 1, zero padding), `[n, o, oh, ow]`.
+#[allow(clippy::too_many_arguments)]
+fn naive_conv(
+    x: &[f32],
+    w: &[f32],
+    n: usize,
+    c: usize,
+    h: usize,
+    wd: usize,
+    o: usize,
+    k: usize,
+    pad: usize,
+) -> Vec<f64> {
+    let (oh, ow) = (h + 2 * pad - k + 1, wd + 2 * pad - k + 1);
+    let mut out = vec![0.0; n * o * oh * ow];
+    for ni in 0..n {
+        for oi in 0..o {
+            for y in 0..oh {
+                for xo in 0..ow {
+                    let mut s = 0.0f64;
+                    for ci in 0..c {
+                        for i in 0..k {
+                            for j in 0..k {
+                                let (yy, xx) = (
+                                    (y + i) as isize - pad as isize,
+                                    (xo + j) as isize - pad as isize,
+                                );
+                                if yy >= 0 && xx >= 0 && (yy as usize) < h && (xx as usize) < wd {
+                                    s += x[((ni * c + ci) * h + yy as usize) * wd + xx as usize]
+                                        as f64
+                                        * w[((oi * c + ci) * k + i) * k + j] as f64;
+                                }
+                            }
+                        }
+                    }
+                    out[((ni * o + oi) * oh + y) * ow + xo] = s;
+                }
+            }
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// An f32 stride-1 convolution in a forward pass runs as one direct
+    /// kernel (no patch matrix) and equals the naive loops: output
+    /// channels across several six-channel blocks, images wider than a
+    /// 16-pixel tile and narrower than one, padding, 1x1 to 5x5 windows.
+    #[test]
+    fn direct_f32_conv2d_matches_naive_loops(n in 1usize..4, c in 1usize..4, o in 1usize..15, h in 1usize..9,
+                                             wd in 1usize..40, k in 1usize..6, pad in 0usize..3, seed in 0u64..1000) {
+        prop_assume!(h + 2 * pad >= k && wd + 2 * pad >= k);
+        let (xs, ws) = (vec![n, c, h, wd], vec![o, c, k, k]);
+        let x: Vec<f32> = values(n * c * h * wd, seed).iter().map(|&v| v as f32).collect();
+        let w: Vec<f32> = values(o * c * k * k, seed + 1).iter().map(|&v| v as f32).collect();
+        let program = nitro_graph::compile(
+            &[("x", nitro_graph::TensorSpec::f32(&xs)), ("w", nitro_graph::TensorSpec::f32(&ws))],
+            nitro_graph::CompileOptions::named("conv"),
+            |_, t| Ok(vec![("y".into(), conv2d(&t[0], &t[1], None, 1, pad))]),
+        ).unwrap();
+        let listing = program.listing();
+        prop_assert!(listing.contains("conv ->") && !listing.contains("im2col ->"), "{listing}");
+        let mut args = [nitro_graph::Array::new(&xs, x.clone()).unwrap(), nitro_graph::Array::new(&ws, w.clone()).unwrap()];
+        let got = program.run(&mut args).unwrap().remove(0).to_f64_vec();
+        let want = naive_conv(&x, &w, n, c, h, wd, o, k, pad);
+        // f32 sums of c*k*k products of values in [-1, 1).
+        let tol = 1e-6 * (c * k * k) as f64;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert!((g - w).abs() <= tol, "[{i}] {g} vs {w}\n{listing}");
+        }
+    }
+}
+
 #[test]
 fn argmax_and_one_hot() {
     let x = vec![0.1, 0.9, 0.9, -1.0, 5.0, 2.0];

@@ -36,8 +36,12 @@ impl std::fmt::Debug for Program {
 
 /// Compile an already traced graph.
 pub fn compile_graph(graph: Graph, options: CompileOptions) -> Result<Program> {
-    // The CPU's fused kernels reduce row blocks in the same pass.
-    let rules = Rules { reduce_tails: true };
+    // The CPU's fused kernels reduce row blocks in the same pass, and it
+    // has a direct convolution kernel.
+    let rules = Rules {
+        reduce_tails: true,
+        direct_conv: true,
+    };
     let mut desc = ProgramDesc::lower(graph, options, rules)?;
     let start = Instant::now();
     let exe = CpuExecutable::new(desc.graph(), desc.schedule());

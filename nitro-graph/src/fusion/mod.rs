@@ -20,13 +20,18 @@
 //!   it while it is in cache, and the member is stored only if something
 //!   else reads it.
 //! - Every other primitive (matmul, other reductions, data movement) is its
-//!   own kernel; its arguments are materialised.
+//!   own kernel; its arguments are materialised. Where the backend allows
+//!   it, a matmul of a patch matrix that nothing else reads is a direct
+//!   convolution instead, and the patch matrix is never stored
+//!   ([`direct_convs`]).
 //! - A group member is stored only if something outside the group reads it.
 //!
 //! Cost: one pass over the nodes with a scan over argument groups, O(nodes).
 
+mod conv;
 mod tails;
 
+pub use conv::direct_convs;
 pub use tails::{runs, RowBlocks, RowLayout, Rules, Tail};
 
 use crate::ir::{Graph, NodeId, Op};
@@ -88,6 +93,15 @@ pub enum Kernel {
     Fused(FusedGroup),
     /// One non-elementwise primitive (or a materialised broadcast).
     Single(NodeId),
+    /// The matmul `out` of a kernel and the patch matrix `patches` of an
+    /// image, computed from the image directly ([`direct_convs`]); the
+    /// patch matrix is never stored.
+    Conv {
+        /// The matmul node.
+        out: NodeId,
+        /// Its `im2col` argument.
+        patches: NodeId,
+    },
 }
 
 /// The kernels of a graph, in execution order, and which nodes are stored.
@@ -321,7 +335,9 @@ impl<'g> Fuser<'g> {
                 }
                 let moved = match &mut self.main[h] {
                     Kernel::Fused(f) => std::mem::take(&mut f.members),
-                    Kernel::Single(_) => unreachable!("candidates are fused groups"),
+                    Kernel::Single(_) | Kernel::Conv { .. } => {
+                        unreachable!("candidates are fused groups")
+                    }
                 };
                 for &m in &moved {
                     self.group_of[m] = Some(g);
@@ -420,9 +436,24 @@ pub fn schedule(graph: &Graph, rules: Rules) -> Schedule {
         prologue: vec![],
         main: vec![],
     };
+    let convs = if rules.direct_conv {
+        direct_convs(graph)
+    } else {
+        vec![None; n]
+    };
     for (id, node) in graph.nodes.iter().enumerate() {
         match &node.op {
             Op::Input { .. } | Op::Literal { .. } => f.stored[id] = true,
+            // Computed inside its matmul's direct convolution.
+            Op::Im2Col { .. } if convs[id].is_some() => {}
+            Op::MatMul { .. } if convs[node.args[1]] == Some(id) => {
+                let patches = node.args[1];
+                f.ensure_stored(node.args[0]);
+                f.ensure_stored(graph.nodes[patches].args[0]);
+                f.kernel_of[id] = Some(f.main.len());
+                f.main.push(Kernel::Conv { out: id, patches });
+                f.stored[id] = true;
+            }
             Op::Fill { .. } | Op::Iota { .. } | Op::Reshape { .. } | Op::Broadcast { .. } => {}
             Op::Permute { .. } if permute_is_free(graph, id) => {}
             op if op.is_elementwise() => f.add_elementwise(id),
@@ -492,7 +523,7 @@ pub fn schedule(graph: &Graph, rules: Rules) -> Schedule {
                 g.stores.iter().for_each(|&s| producer[s] = Some(k));
                 g.tails.iter().for_each(|t| producer[t.node] = Some(k));
             }
-            Kernel::Single(s) => producer[*s] = Some(k),
+            Kernel::Single(s) | Kernel::Conv { out: s, .. } => producer[*s] = Some(k),
         }
     }
     Schedule {

@@ -1,7 +1,8 @@
 //! Reduction tails: which sums and maxes can be computed in the pass of
 //! the elementwise group that produces their input ([`RowBlocks`]), the
 //! record of one such fusion ([`Tail`]), and the backend's say in whether
-//! to fuse them at all ([`Rules`]). The decision itself is the fuser's
+//! to fuse them at all ([`Rules`], which also carries the backend's say on
+//! direct convolutions). The decision itself is the fuser's
 //! (`Fuser::add_tail`); running a tail is the backend's.
 
 use crate::ir::NodeId;
@@ -106,9 +107,12 @@ pub fn runs(shape: &[usize], axes: &[usize]) -> Vec<(usize, bool)> {
     out
 }
 
-/// What the backend's fused kernels can do beyond elementwise loops.
+/// What the backend's kernels can do beyond elementwise loops.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Rules {
     /// Fuse row-blocked reductions onto their producers ([`Tail`]).
     pub reduce_tails: bool,
+    /// Compute `matmul(kernel, im2col(x))` straight from the image
+    /// ([`super::Kernel::Conv`], chosen by [`super::direct_convs`]).
+    pub direct_conv: bool,
 }

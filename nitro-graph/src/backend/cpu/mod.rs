@@ -3,12 +3,14 @@
 //! Fused elementwise groups run as chunked register loops (`fused`),
 //! matmuls through the `gemm` crate (`matmul`), reductions and data
 //! movement through a few strided kernels (`reduce`, `movement`), the
-//! convolution's patch matrices through `patches`, all-reduces through the
+//! convolution's patch matrices through `patches` (or, for a product the
+//! fuser marked, no patch matrix at all: `conv`), all-reduces through the
 //! communicator the call was given (`collective`). The
 //! workspace (every intermediate buffer of the memory plan) is allocated on
 //! the first call and reused by every later one.
 
 mod collective;
+mod conv;
 mod fused;
 mod matmul;
 mod movement;
@@ -34,6 +36,8 @@ use std::sync::Mutex;
 enum CpuKernel {
     Fused(FusedKernel),
     Single(NodeId),
+    /// A direct convolution: the matmul node and its `im2col` argument.
+    Conv(NodeId, NodeId),
     /// An all-reduce: the one kernel that talks to other processes, and
     /// the one that can fail at run time.
     Collective(NodeId),
@@ -62,6 +66,7 @@ impl CpuExecutable {
                     CpuKernel::Collective(*n)
                 }
                 Kernel::Single(n) => CpuKernel::Single(*n),
+                Kernel::Conv { out, patches } => CpuKernel::Conv(*out, *patches),
             })
             .collect();
         CpuExecutable {
@@ -84,6 +89,7 @@ impl CpuExecutable {
                         .map(|n| format!("%{n}"))
                         .collect::<Vec<_>>()
                 ),
+                CpuKernel::Conv(n, _) => format!("conv -> %{n}: {}", graph.nodes[*n].spec),
                 CpuKernel::Single(n) | CpuKernel::Collective(n) => format!(
                     "{} -> %{n}: {}",
                     graph.nodes[*n].op.name(),
@@ -169,6 +175,20 @@ impl CpuExecutable {
                         f.run(&ins, &outs);
                     }
                     CpuKernel::Single(n) => run_single(graph, *n, &raw),
+                    CpuKernel::Conv(n, patches) => {
+                        let Op::Im2Col { window } = graph.nodes[*patches].op else {
+                            unreachable!("the fuser pairs a matmul with its im2col")
+                        };
+                        let image = graph.nodes[*patches].args[0];
+                        conv::direct_conv(
+                            raw(graph.nodes[*n].args[0]),
+                            raw(image),
+                            raw(*n),
+                            &graph.nodes[image].spec.shape,
+                            graph.nodes[*n].spec.shape[0],
+                            window,
+                        );
+                    }
                     CpuKernel::Collective(n) => {
                         collective::all_reduce_sum(raw(graph.nodes[*n].args[0]), raw(*n), comm)?
                     }

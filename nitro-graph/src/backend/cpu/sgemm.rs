@@ -26,6 +26,8 @@
 use std::arch::x86_64::*;
 
 use rayon::prelude::*;
+use std::cell::RefCell;
+use std::thread::LocalKey;
 
 /// Rows of the microkernel's tile.
 const MR: usize = 6;
@@ -125,75 +127,116 @@ pub(super) unsafe fn sgemm(
         } else {
             1
         };
-        let mut bpack = AlignedBuf::new(KC * NC.min(n.next_multiple_of(NR)));
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            let panels = nc.div_ceil(NR);
-            for pc in (0..k).step_by(KC) {
-                let kc = KC.min(k - pc);
-                let bp = bpack.slice(panels * kc * NR);
-                let pack_panel = |(j, dst): (usize, &mut [f32])| {
-                    pack_b(b, pc, kc, jc + j * NR, NR.min(nc - j * NR), dst)
-                };
-                if threads > 1 && kc * nc >= 1 << 16 {
-                    bp.par_chunks_mut(kc * NR).enumerate().for_each(pack_panel);
-                } else {
-                    bp.chunks_mut(kc * NR).enumerate().for_each(pack_panel);
-                }
-                let bp: &[f32] = bp;
-                // Enough tasks to keep every thread busy (two per thread),
-                // splitting the columns when the rows alone give too few.
-                let blocks = m.div_ceil(MC);
-                let groups = (2 * threads).div_ceil(blocks).clamp(1, panels);
-                let per_group = panels.div_ceil(groups);
-                let task = |t: usize| {
-                    let (ib, g) = (t / groups, t % groups);
-                    let (ic, mc) = (ib * MC, MC.min(m - ib * MC));
-                    let (j0, j1) = (g * per_group, ((g + 1) * per_group).min(panels));
-                    if j0 >= j1 {
-                        return;
+        let bpack_len = KC * NC.min(n.next_multiple_of(NR));
+        with_scratch(&B_PACK, bpack_len, |bpack| {
+            for jc in (0..n).step_by(NC) {
+                let nc = NC.min(n - jc);
+                let panels = nc.div_ceil(NR);
+                for pc in (0..k).step_by(KC) {
+                    let kc = KC.min(k - pc);
+                    let bp = &mut bpack[..panels * kc * NR];
+                    let pack_panel = |(j, dst): (usize, &mut [f32])| {
+                        pack_b(b, pc, kc, jc + j * NR, NR.min(nc - j * NR), dst)
+                    };
+                    if threads > 1 && kc * nc >= 1 << 16 {
+                        bp.par_chunks_mut(kc * NR).enumerate().for_each(pack_panel);
+                    } else {
+                        bp.chunks_mut(kc * NR).enumerate().for_each(pack_panel);
                     }
-                    let mut apack = AlignedBuf::new(mc.next_multiple_of(MR) * kc);
-                    let ap = apack.slice(mc.div_ceil(MR) * MR * kc);
-                    for (i, dst) in ap.chunks_mut(kc * MR).enumerate() {
-                        pack_a(a, ic + i * MR, MR.min(mc - i * MR), pc, kc, dst);
-                    }
-                    for j in j0..j1 {
-                        let (col, nr) = (jc + j * NR, NR.min(nc - j * NR));
-                        let bpanel = bp[j * kc * NR..].as_ptr();
-                        for (i, apanel) in ap.chunks(kc * MR).enumerate() {
-                            let (row, mr) = (ic + i * MR, MR.min(mc - i * MR));
-                            let tile = c.at(row * ldc + col);
-                            kernel(kc, apanel.as_ptr(), bpanel, tile, ldc, pc > 0, mr, nr);
+                    let bp: &[f32] = bp;
+                    // Row blocks of whole MR panels, as many as an even share
+                    // over the threads needs (a count that is a multiple of
+                    // the thread count, sizes differing by at most one panel:
+                    // nine blocks of 120 rows on two threads left one thread
+                    // idle for a ninth of every product), splitting the columns
+                    // when the rows alone give fewer than two tasks per thread.
+                    let row_panels = m.div_ceil(MR);
+                    let blocks = row_panels
+                        .div_ceil(MC / MR)
+                        .next_multiple_of(threads)
+                        .min(row_panels);
+                    let groups = (2 * threads).div_ceil(blocks).clamp(1, panels);
+                    let per_group = panels.div_ceil(groups);
+                    let task = |t: usize| {
+                        let (ib, g) = (t / groups, t % groups);
+                        let (p0, p1) = (ib * row_panels / blocks, (ib + 1) * row_panels / blocks);
+                        let (ic, mc) = (p0 * MR, (p1 * MR).min(m) - p0 * MR);
+                        let (j0, j1) = (g * per_group, ((g + 1) * per_group).min(panels));
+                        if j0 >= j1 || mc == 0 {
+                            return;
                         }
+                        with_scratch(&A_PACK, mc.div_ceil(MR) * MR * kc, |ap| {
+                            for (i, dst) in ap.chunks_mut(kc * MR).enumerate() {
+                                pack_a(a, ic + i * MR, MR.min(mc - i * MR), pc, kc, dst);
+                            }
+                            for j in j0..j1 {
+                                let (col, nr) = (jc + j * NR, NR.min(nc - j * NR));
+                                let bpanel = bp[j * kc * NR..].as_ptr();
+                                for (i, apanel) in ap.chunks(kc * MR).enumerate() {
+                                    let (row, mr) = (ic + i * MR, MR.min(mc - i * MR));
+                                    let tile = c.at(row * ldc + col);
+                                    kernel(kc, apanel.as_ptr(), bpanel, tile, ldc, pc > 0, mr, nr);
+                                }
+                            }
+                        });
+                    };
+                    let tasks = blocks * groups;
+                    if threads > 1 && tasks > 1 {
+                        (0..tasks).into_par_iter().for_each(task);
+                    } else {
+                        (0..tasks).for_each(task);
                     }
-                };
-                let tasks = blocks * groups;
-                if threads > 1 && tasks > 1 {
-                    (0..tasks).into_par_iter().for_each(task);
-                } else {
-                    (0..tasks).for_each(task);
                 }
             }
-        }
+        });
     }
 }
 
+thread_local! {
+    /// This thread's packed B block, kept between products: allocating a
+    /// fresh one (up to 3 MB) per product made the kernel fault it in page
+    /// by page while packing, ~7% of a GPT train step.
+    static B_PACK: RefCell<AlignedBuf> = const { RefCell::new(AlignedBuf::empty()) };
+    /// This thread's packed A block, kept likewise.
+    static A_PACK: RefCell<AlignedBuf> = const { RefCell::new(AlignedBuf::empty()) };
+}
+
+/// `f` on `len` elements of this thread's buffer `key` (contents
+/// unspecified: every caller packs before it reads). A thread that
+/// re-enters while its buffer is lent (a rayon worker that, waiting on one
+/// product's tasks, runs a task that starts another product) gets a
+/// buffer of its own for that call.
+fn with_scratch<R>(
+    key: &'static LocalKey<RefCell<AlignedBuf>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => f(buf.slice(len)),
+        Err(_) => f(AlignedBuf::empty().slice(len)),
+    })
+}
+
 /// A 32-byte aligned scratch buffer (packed panels are read by aligned
-/// vector loads).
+/// vector loads) that grows to the largest length asked of it.
 struct AlignedBuf {
     data: Vec<f32>,
     offset: usize,
 }
 
 impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let data = vec![0.0f32; len + 8];
-        let offset = data.as_ptr().align_offset(32).min(8);
-        AlignedBuf { data, offset }
+    const fn empty() -> AlignedBuf {
+        AlignedBuf {
+            data: Vec::new(),
+            offset: 0,
+        }
     }
 
     fn slice(&mut self, len: usize) -> &mut [f32] {
+        if self.data.len() < self.offset + len {
+            self.data = vec![0.0f32; len + 8];
+            self.offset = self.data.as_ptr().align_offset(32).min(8);
+        }
         &mut self.data[self.offset..self.offset + len]
     }
 }

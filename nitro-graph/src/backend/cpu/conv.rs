@@ -1,0 +1,201 @@
+//! Direct convolution (stride 1, f32): `out = kernel @ im2col(x)` computed
+//! from the image itself, never writing the patch matrix (which for LeNet's
+//! first layer is 25 times the image and took a quarter of its predict
+//! time to write and read back). The fuser decides which products come
+//! here (`fusion::direct_convs`); the output is the matmul's, `[o,
+//! n*oh*ow]`, so the rest of the program is unchanged.
+//!
+//! The trick that makes it a GEMM microkernel: with stride 1, output pixel
+//! `(y, x)` of one sample reads padded-image element
+//! `(y + i) * wp + (x + j)` for window offset `(i, j)` of channel `ci`,
+//! i.e. `q + off[p]` with `q = y * wp + x` and `off[p]` a per-offset
+//! constant. Computing the output over the padded width (`q` in
+//! `0..oh*wp`, the `wp - ow` extra columns per row discarded) makes 16
+//! consecutive `q` read 16 consecutive image elements for every `p`, so a
+//! 6-channel x 16-pixel tile is the `sgemm` microkernel with its B panel
+//! read straight from the (L1/L2-resident) padded image.
+//!
+//! Each output element is one sum over `p` in order, the same on every
+//! thread count; it rounds differently from the gemm route (a different
+//! order), as any two gemm blockings do.
+
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+
+use super::raw::Raw;
+use crate::ir::Window;
+use rayon::prelude::*;
+
+/// Output channels per tile.
+const OB: usize = 6;
+/// Pixels per tile (two 8-lane vectors).
+const QB: usize = 16;
+
+/// `out [o, n*oh*ow] = kernel [o, c*kh*kw] @ im2col(x)`, for images `x` of
+/// shape `image` `[n, c, h, w]` under a stride-1 `win`.
+pub fn direct_conv(kernel: Raw, x: Raw, out: Raw, image: &[usize], o: usize, win: Window) {
+    let [n, c, h, w] = image[..] else {
+        unreachable!("im2col images are rank 4 (checked at trace time)")
+    };
+    let (Some((oh, ow)), 1) = (win.output(h, w), win.stride) else {
+        unreachable!("the fuser sends only stride-1 windows that fit")
+    };
+    let [kh, kw] = win.kernel;
+    let pad = win.padding;
+    let (hp, wp) = (h + 2 * pad, w + 2 * pad);
+    let ckk = c * kh * kw;
+    // SAFETY: the plan gives the kernel o*ckk, the images n*c*h*w and the
+    // output o*n*oh*ow f32 elements (the fuser checked every dtype).
+    let (kernel, x) = unsafe {
+        (
+            std::slice::from_raw_parts(kernel.ptr::<f32>(), o * ckk),
+            std::slice::from_raw_parts(x.ptr::<f32>(), n * c * h * w),
+        )
+    };
+    let offsets: Vec<usize> = (0..c)
+        .flat_map(|ci| (0..kh).flat_map(move |i| (0..kw).map(move |j| (ci * hp + i) * wp + j)))
+        .collect();
+    // The kernel as OB-tall panels: for each p, OB weights (zero past o).
+    let blocks = o.div_ceil(OB);
+    let mut packed = vec![0.0f32; blocks * ckk * OB];
+    for (r, row) in kernel.chunks(ckk).enumerate() {
+        let (b, i) = (r / OB, r % OB);
+        for (p, &v) in row.iter().enumerate() {
+            packed[(b * ckk + p) * OB + i] = v;
+        }
+    }
+    let virt = oh * wp;
+    let tiles = virt.div_ceil(QB);
+    // The last tile reads up to QB - 1 past the last virtual pixel.
+    let image_len = (c * hp * wp).max(offsets[ckk - 1] + tiles * QB);
+    let plane = n * oh * ow;
+    let dst = out;
+    let sample = |s: usize| {
+        let mut img = vec![0.0f32; image_len];
+        for ci in 0..c {
+            for y in 0..h {
+                let src = &x[((s * c + ci) * h + y) * w..][..w];
+                img[(ci * hp + y + pad) * wp + pad..][..w].copy_from_slice(src);
+            }
+        }
+        let mut tile = [0.0f32; OB * QB];
+        for b in 0..blocks {
+            let panel = &packed[b * ckk * OB..(b + 1) * ckk * OB];
+            let rows = OB.min(o - b * OB);
+            for t in 0..tiles {
+                let q0 = t * QB;
+                compute_tile(&img[q0..], &offsets, panel, &mut tile);
+                // Copy the live pixels: each output row met by the tile is
+                // one contiguous run of it.
+                let mut y = q0 / wp;
+                while y * wp < (q0 + QB).min(virt) {
+                    let lo = q0.max(y * wp);
+                    let hi = (q0 + QB).min(y * wp + ow);
+                    if lo < hi {
+                        for r in 0..rows {
+                            let at = (b * OB + r) * plane + s * oh * ow + y * ow + (lo - y * wp);
+                            let run = &tile[r * QB + (lo - q0)..r * QB + (hi - q0)];
+                            // SAFETY: channel b*OB+r < o, pixel (y, lo-y*wp..hi-y*wp)
+                            // of sample s: inside the output, and only this
+                            // task writes sample s's columns.
+                            unsafe {
+                                std::ptr::copy_nonoverlapping(
+                                    run.as_ptr(),
+                                    dst.ptr::<f32>().add(at),
+                                    run.len(),
+                                )
+                            };
+                        }
+                    }
+                    y += 1;
+                }
+            }
+        }
+    };
+    if n > 1 && o * ckk * virt * n >= 1 << 18 {
+        (0..n).into_par_iter().for_each(sample);
+    } else {
+        (0..n).for_each(sample);
+    }
+}
+
+/// `tile[i][l] = sum_p panel[p][i] * img[offsets[p] + l]` for the OB x QB
+/// tile whose first pixel is `img[0]`.
+fn compute_tile(img: &[f32], offsets: &[usize], panel: &[f32], tile: &mut [f32; OB * QB]) {
+    let last = offsets.last().map_or(0, |&o| o + QB);
+    assert!(img.len() >= last && panel.len() >= offsets.len() * OB);
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::avx2() && is_x86_feature_detected!("fma") {
+        // SAFETY: AVX2 and FMA are present; the assert above bounds every
+        // read (offsets[p] + QB <= img.len(), OB weights per p).
+        return unsafe { tile_avx2(img.as_ptr(), offsets, panel.as_ptr(), tile) };
+    }
+    tile.fill(0.0);
+    for (p, &off) in offsets.iter().enumerate() {
+        for i in 0..OB {
+            let a = panel[p * OB + i];
+            for l in 0..QB {
+                tile[i * QB + l] += a * img[off + l];
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2(
+    img: *const f32,
+    offsets: &[usize],
+    panel: *const f32,
+    tile: &mut [f32; OB * QB],
+) {
+    // SAFETY: the caller bounds every read (see `compute_tile`).
+    unsafe {
+        let z = _mm256_setzero_ps();
+        let (mut c00, mut c01, mut c10, mut c11, mut c20, mut c21) = (z, z, z, z, z, z);
+        let (mut c30, mut c31, mut c40, mut c41, mut c50, mut c51) = (z, z, z, z, z, z);
+        let mut ap = panel;
+        for &off in offsets {
+            let src = img.add(off);
+            let b0 = _mm256_loadu_ps(src);
+            let b1 = _mm256_loadu_ps(src.add(8));
+            // One broadcast live at a time: 12 accumulators, two pixel
+            // vectors and one weight fill the 16 registers exactly (two
+            // weights at once made LLVM spill accumulators to the stack).
+            let a = _mm256_broadcast_ss(&*ap);
+            c00 = _mm256_fmadd_ps(a, b0, c00);
+            c01 = _mm256_fmadd_ps(a, b1, c01);
+            let a = _mm256_broadcast_ss(&*ap.add(1));
+            c10 = _mm256_fmadd_ps(a, b0, c10);
+            c11 = _mm256_fmadd_ps(a, b1, c11);
+            let a = _mm256_broadcast_ss(&*ap.add(2));
+            c20 = _mm256_fmadd_ps(a, b0, c20);
+            c21 = _mm256_fmadd_ps(a, b1, c21);
+            let a = _mm256_broadcast_ss(&*ap.add(3));
+            c30 = _mm256_fmadd_ps(a, b0, c30);
+            c31 = _mm256_fmadd_ps(a, b1, c31);
+            let a = _mm256_broadcast_ss(&*ap.add(4));
+            c40 = _mm256_fmadd_ps(a, b0, c40);
+            c41 = _mm256_fmadd_ps(a, b1, c41);
+            let a = _mm256_broadcast_ss(&*ap.add(5));
+            c50 = _mm256_fmadd_ps(a, b0, c50);
+            c51 = _mm256_fmadd_ps(a, b1, c51);
+            ap = ap.add(OB);
+        }
+        let t = tile.as_mut_ptr();
+        for (i, (lo, hi)) in [
+            (c00, c01),
+            (c10, c11),
+            (c20, c21),
+            (c30, c31),
+            (c40, c41),
+            (c50, c51),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            _mm256_storeu_ps(t.add(i * QB), lo);
+            _mm256_storeu_ps(t.add(i * QB + 8), hi);
+        }
+    }
+}
