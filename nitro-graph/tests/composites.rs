@@ -122,7 +122,7 @@ proptest! {
     }
 
     #[test]
-    fn pooling(hw in 2usize..7, k in 1usize..3, stride in 1usize..3, seed in 0u64..1000) {
+    fn pooling(hw in 2usize..7, k in 1usize..4, stride in 1usize..4, seed in 0u64..1000) {
         prop_assume!(hw >= k);
         let shape = vec![1, 2, hw, hw];
         let x = values(2 * hw * hw, seed);
@@ -214,6 +214,45 @@ proptest! {
         for (i, (g, w)) in got.iter().zip(&want).enumerate() {
             prop_assert!((g - w).abs() <= tol, "[{i}] {g} vs {w}\n{listing}");
         }
+    }
+}
+
+/// Windows that tile the image (2x2 and 3x3, the pooling reductions'
+/// unrolled paths) equal the naive maximum and mean of each window.
+#[test]
+fn tiling_pools_equal_the_naive_windows() {
+    for (k, h, w) in [(2, 4, 6), (3, 6, 9), (3, 3, 3), (2, 2, 2)] {
+        let x = values(3 * h * w, k as u64);
+        let (oh, ow) = (h / k, w / k);
+        let (mut mx, mut avg) = (vec![f64::NEG_INFINITY; 3 * oh * ow], vec![0.0; 3 * oh * ow]);
+        for ch in 0..3 {
+            for y in 0..oh {
+                for xo in 0..ow {
+                    for i in 0..k {
+                        for j in 0..k {
+                            let v = x[(ch * h + y * k + i) * w + xo * k + j];
+                            let o = (ch * oh + y) * ow + xo;
+                            mx[o] = mx[o].max(v);
+                            avg[o] += v / (k * k) as f64;
+                        }
+                    }
+                }
+            }
+        }
+        let shape = vec![1, 3, h, w];
+        assert_close(
+            &run(&[shape.clone()], &[x.clone()], |_, t| {
+                max_pool2d(&t[0], k, k)
+            })
+            .to_f64_vec(),
+            &mx,
+            0.0,
+        );
+        assert_close(
+            &run(&[shape], &[x], |_, t| avg_pool2d(&t[0], k, k)).to_f64_vec(),
+            &avg,
+            1e-12,
+        );
     }
 }
 

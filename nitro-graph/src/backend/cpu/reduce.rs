@@ -313,6 +313,11 @@ mod pooling_blocks {
         k2: usize,
         r2: usize,
     ) {
+        match (r1, r2) {
+            (2, 2) => return fixed::<T, 2, 2>(kind, src, out, first, k2),
+            (3, 3) => return fixed::<T, 3, 3>(kind, src, out, first, k2),
+            _ => {}
+        }
         let row = k2 * r2;
         let mut acc = vec![init::<T>(kind); row];
         for (b, block) in out.chunks_mut(k2).enumerate() {
@@ -323,6 +328,36 @@ mod pooling_blocks {
             }
             for (x, w) in block.iter_mut().zip(acc.chunks_exact(r2)) {
                 *x = w.iter().fold(init(kind), |a, &b| combine(kind, a, b));
+            }
+        }
+    }
+
+    /// The same combinations in the same order for a window size known at
+    /// compile time (2x2 and 3x3 pooling), without the row buffer: each
+    /// output folds its window's columns, each column combined over the
+    /// rows first, as `base` does through `acc`. The loops unroll, and
+    /// small windows no longer pay a row copy per block of outputs.
+    #[inline(always)]
+    fn fixed<T: Elem, const R1: usize, const R2: usize>(
+        kind: Reduction,
+        src: &[T],
+        out: &mut [T],
+        first: usize,
+        k2: usize,
+    ) {
+        let row = k2 * R2;
+        for (b, block) in out.chunks_mut(k2).enumerate() {
+            let rows = &src[(first + b) * R1 * row..(first + b + 1) * R1 * row];
+            for (j, x) in block.iter_mut().enumerate() {
+                let mut acc = init::<T>(kind);
+                for l in 0..R2 {
+                    let mut col = rows[j * R2 + l];
+                    for i in 1..R1 {
+                        col = combine(kind, col, rows[i * row + j * R2 + l]);
+                    }
+                    acc = combine(kind, acc, col);
+                }
+                *x = acc;
             }
         }
     }
