@@ -127,7 +127,7 @@ impl ProgramDesc {
             fused_kernels: sched
                 .kernels
                 .iter()
-                .filter(|k| matches!(k, Kernel::Fused(_)))
+                .filter(|k| matches!(k, Kernel::Fused(_) | Kernel::Epilogue { .. }))
                 .count(),
             peak_bytes: memory.peak_bytes,
             unshared_bytes: memory.unshared_bytes,

@@ -102,6 +102,12 @@ pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
             .iter()
             .map(|&a| base_of(graph, a))
             .collect(),
+        Kernel::Epilogue { matmul, group } => graph.nodes[*matmul]
+            .args
+            .iter()
+            .map(|&a| base_of(graph, a))
+            .chain(kernel_reads(graph, &Kernel::Fused(group.clone())))
+            .collect(),
         // The kernel and the image the patch matrix would have come from.
         Kernel::Conv { out, patches } => vec![
             base_of(graph, graph.nodes[*out].args[0]),
@@ -150,8 +156,23 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
     for &(input, output) in donate {
         let out_node = base_of(graph, graph.outputs[output].1);
         let in_node = graph.inputs[input].node;
-        let ok = match schedule.producer[out_node].map(|k| (k, &schedule.kernels[k])) {
-            Some((k, Kernel::Fused(group))) => {
+        // An epilogue's group qualifies as a fused group does, provided its
+        // matmul does not read the input (the group overwrites it row block
+        // by row block while the product is still being computed).
+        let fused = match schedule.producer[out_node].map(|k| (k, &schedule.kernels[k])) {
+            Some((k, Kernel::Fused(group))) => Some((k, group)),
+            Some((k, Kernel::Epilogue { matmul, group }))
+                if graph.nodes[*matmul]
+                    .args
+                    .iter()
+                    .all(|&a| base_of(graph, a) != in_node) =>
+            {
+                Some((k, group))
+            }
+            _ => None,
+        };
+        let ok = match fused {
+            Some((k, group)) => {
                 let reads_contiguously = group.sources.iter().flatten().all(|s| match s {
                     Source::Load { node, access } => {
                         base_of(graph, *node) != in_node
@@ -190,6 +211,9 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
                 .chain(g.tails.iter().map(|t| t.node))
                 .collect(),
             Kernel::Single(s) | Kernel::Conv { out: s, .. } => vec![*s],
+            Kernel::Epilogue { matmul, group } => std::iter::once(*matmul)
+                .chain(group.stores.iter().copied())
+                .collect(),
         };
         for p in produced {
             if plan.storage[p] != Storage::Virtual {

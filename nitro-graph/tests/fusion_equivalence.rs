@@ -142,3 +142,55 @@ fn reductions_fused_onto_their_producers_equal_the_unfused_ones_bit_for_bit() {
         }
     }
 }
+
+/// A bias, activation and residual add applied to a matmul's rows as it
+/// finishes them (the matmul's epilogue) give exactly what the unfused
+/// nodes give: on the blocked kernel's sizes (epilogue per row block), on
+/// a transposed operand, and on a small product (the group after it).
+#[test]
+fn matmul_epilogues_equal_the_unfused_nodes_bit_for_bit() {
+    let cases: [(usize, usize, usize, bool); 3] = [
+        (1024, 512, 256, false),
+        (600, 300, 768, true),
+        (64, 32, 16, false),
+    ];
+    for (m, k, n, tb) in cases {
+        let w_shape = if tb { vec![n, k] } else { vec![k, n] };
+        let specs = [
+            ("x", TensorSpec::f32(&[m, k])),
+            ("w", TensorSpec::f32(&w_shape)),
+            ("b", TensorSpec::f32(&[1, n])),
+            ("r", TensorSpec::f32(&[m, n])),
+        ];
+        let graph = trace(&specs, |_, t| {
+            let w = if tb { t[1].t() } else { t[1].clone() };
+            let h = t[0].matmul(&w) + &t[2];
+            let y = nitro_graph::nn::ops::relu(&h) + &t[3] * 0.5;
+            Ok(vec![("y".into(), y)])
+        })
+        .unwrap();
+        let shapes = [vec![m, k], w_shape.clone(), vec![1, n], vec![m, n]];
+        let inputs: Vec<Array> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let len = s.iter().product();
+                Array::new(s, values(len, 11 + i as u64))
+                    .unwrap()
+                    .cast(DType::F32)
+            })
+            .collect();
+        let want = node_by_node(&graph, &inputs);
+        let program = compile_graph(graph, CompileOptions::named("epilogue")).unwrap();
+        let listing = program.listing();
+        assert!(
+            listing.contains("epilogue"),
+            "{m}x{k}x{n}: no epilogue:\n{listing}"
+        );
+        let got = program.run(&mut inputs.clone()).unwrap();
+        assert!(
+            got[0].to_f64_vec() == want[0].to_f64_vec(),
+            "{m}x{k}x{n} tb={tb}: epilogue and unfused differ"
+        );
+    }
+}

@@ -36,11 +36,13 @@ impl std::fmt::Debug for Program {
 
 /// Compile an already traced graph.
 pub fn compile_graph(graph: Graph, options: CompileOptions) -> Result<Program> {
-    // The CPU's fused kernels reduce row blocks in the same pass, and it
-    // has a direct convolution kernel.
+    // The CPU's fused kernels reduce row blocks in the same pass, it has
+    // a direct convolution kernel, and its matmul runs epilogues on the
+    // rows it finishes.
     let rules = Rules {
         reduce_tails: true,
         direct_conv: true,
+        matmul_epilogue: true,
     };
     let mut desc = ProgramDesc::lower(graph, options, rules)?;
     let start = Instant::now();

@@ -24,11 +24,15 @@
 //!   it, a matmul of a patch matrix that nothing else reads is a direct
 //!   convolution instead, and the patch matrix is never stored
 //!   ([`direct_convs`]).
+//! - Where the backend allows it, a group that reads a matmul's output
+//!   element for element and runs right after it joins the matmul's kernel
+//!   as its epilogue (`epilogue`).
 //! - A group member is stored only if something outside the group reads it.
 //!
 //! Cost: one pass over the nodes with a scan over argument groups, O(nodes).
 
 mod conv;
+mod epilogue;
 mod tails;
 
 pub use conv::direct_convs;
@@ -101,6 +105,15 @@ pub enum Kernel {
         out: NodeId,
         /// Its `im2col` argument.
         patches: NodeId,
+    },
+    /// A matmul and the elementwise group that reads its output element
+    /// for element, run as one kernel (see `epilogue`): the backend may
+    /// apply the group to rows of the product as they are finished.
+    Epilogue {
+        /// The matmul node.
+        matmul: NodeId,
+        /// The group, exactly as it would run on its own.
+        group: FusedGroup,
     },
 }
 
@@ -335,7 +348,7 @@ impl<'g> Fuser<'g> {
                 }
                 let moved = match &mut self.main[h] {
                     Kernel::Fused(f) => std::mem::take(&mut f.members),
-                    Kernel::Single(_) | Kernel::Conv { .. } => {
+                    Kernel::Single(_) | Kernel::Conv { .. } | Kernel::Epilogue { .. } => {
                         unreachable!("candidates are fused groups")
                     }
                 };
@@ -516,12 +529,19 @@ pub fn schedule(graph: &Graph, rules: Rules) -> Schedule {
             })
             .map(|(_, k)| k),
     );
+    if rules.matmul_epilogue {
+        kernels = epilogue::merge(graph, kernels);
+    }
     let mut producer = vec![None; n];
     for (k, kernel) in kernels.iter().enumerate() {
         match kernel {
             Kernel::Fused(g) => {
                 g.stores.iter().for_each(|&s| producer[s] = Some(k));
                 g.tails.iter().for_each(|t| producer[t.node] = Some(k));
+            }
+            Kernel::Epilogue { matmul, group } => {
+                producer[*matmul] = Some(k);
+                group.stores.iter().for_each(|&s| producer[s] = Some(k));
             }
             Kernel::Single(s) | Kernel::Conv { out: s, .. } => producer[*s] = Some(k),
         }

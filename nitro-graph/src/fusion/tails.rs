@@ -115,4 +115,7 @@ pub struct Rules {
     /// Compute `matmul(kernel, im2col(x))` straight from the image
     /// ([`super::Kernel::Conv`], chosen by [`super::direct_convs`]).
     pub direct_conv: bool,
+    /// Run a group that reads a matmul's output element for element as
+    /// that matmul's epilogue ([`super::Kernel::Epilogue`]).
+    pub matmul_epilogue: bool,
 }

@@ -46,9 +46,27 @@ const SPLIT_K_MIN_DEPTH: usize = 512;
 /// f16/bf16 operands (mixed precision) are widened to f32 first, exactly,
 /// and multiplied with f32 accumulation into the f32 result.
 pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta: bool, tb: bool) {
+    matmul_then(a, b, out, a_shape, b_shape, ta, tb, None);
+}
+
+/// [`matmul`], then `epilogue(r0, r1)` on blocks of rows of the (single,
+/// unbatched) product as they are finished, where the product runs on our
+/// blocked kernel with whole rows per task (`sgemm`). Returns whether it
+/// did; if not, the caller applies the epilogue to the whole product.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_then(
+    a: Raw,
+    b: Raw,
+    out: Raw,
+    a_shape: &[usize],
+    b_shape: &[usize],
+    ta: bool,
+    tb: bool,
+    epilogue: Option<&(dyn Fn(usize, usize) + Sync)>,
+) -> bool {
     if matches!(a.dtype, DType::F16 | DType::BF16) {
         let (mut wa, mut wb) = (widen(a), widen(b));
-        return matmul(
+        matmul(
             Raw::of(&mut wa),
             Raw::of(&mut wb),
             out,
@@ -57,6 +75,7 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
             ta,
             tb,
         );
+        return false;
     }
     let r = a_shape.len();
     let batch: usize = a_shape[..r - 2].iter().product();
@@ -103,6 +122,19 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
         && flops >= sgemm::LARGE_MACS
         && m.min(n) >= sgemm::LARGE_SIDE
         && sgemm::preferred();
+    if let (Some(e), true, 1, 1) = (epilogue, fast, batch, k_parts) {
+        let operand = |raw: Raw, rs, cs| sgemm::Operand {
+            ptr: raw.ptr::<f32>(),
+            rs,
+            cs,
+        };
+        let parallel = matches!(par, gemm::Parallelism::Rayon(_));
+        let (a, b) = (operand(a, a_rs, a_cs), operand(b, b_rs, b_cs));
+        // SAFETY: as for every product below: `a` and `b` address m*k and
+        // k*n f32 elements under these strides; `out` holds m*n and
+        // overlaps neither.
+        return unsafe { sgemm::sgemm(m, n, k, a, b, out.ptr::<f32>(), n, parallel, Some(e)) };
+    }
     macro_rules! run {
         ($t:ty, $zero:expr, $one:expr) => {{
             if k_parts > 1 {
@@ -150,7 +182,7 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                 for chunk in partial.chunks(m * n) {
                     total.iter_mut().zip(chunk).for_each(|(o, p)| *o += p);
                 }
-                return;
+                return false;
             }
             let one = |bi: usize| {
                 // SAFETY: the pointers address batch `bi` of buffers of the
@@ -172,7 +204,8 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
                         };
                         let parallel = matches!(par, gemm::Parallelism::Rayon(_));
                         let (a, b) = (operand(ap, a_rs, a_cs), operand(bp, b_rs, b_cs));
-                        return sgemm::sgemm(m, n, k, a, b, op as *mut f32, n, parallel);
+                        sgemm::sgemm(m, n, k, a, b, op as *mut f32, n, parallel, None);
+                        return;
                     }
                     gemm::gemm(
                         m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero,
@@ -192,6 +225,7 @@ pub fn matmul(a: Raw, b: Raw, out: Raw, a_shape: &[usize], b_shape: &[usize], ta
         DType::F64 => run!(f64, 0.0f64, 1.0f64),
         other => unreachable!("matmul on {other} is refused at trace time"),
     }
+    false
 }
 
 /// An f16/bf16 operand as f32 (every value is exactly representable).

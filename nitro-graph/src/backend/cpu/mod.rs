@@ -38,6 +38,8 @@ enum CpuKernel {
     Single(NodeId),
     /// A direct convolution: the matmul node and its `im2col` argument.
     Conv(NodeId, NodeId),
+    /// A matmul and its epilogue group.
+    Epilogue(NodeId, FusedKernel),
     /// An all-reduce: the one kernel that talks to other processes, and
     /// the one that can fail at run time.
     Collective(NodeId),
@@ -67,6 +69,9 @@ impl CpuExecutable {
                 }
                 Kernel::Single(n) => CpuKernel::Single(*n),
                 Kernel::Conv { out, patches } => CpuKernel::Conv(*out, *patches),
+                Kernel::Epilogue { matmul, group } => {
+                    CpuKernel::Epilogue(*matmul, FusedKernel::new(graph, group))
+                }
             })
             .collect();
         CpuExecutable {
@@ -90,6 +95,15 @@ impl CpuExecutable {
                         .collect::<Vec<_>>()
                 ),
                 CpuKernel::Conv(n, _) => format!("conv -> %{n}: {}", graph.nodes[*n].spec),
+                CpuKernel::Epilogue(n, f) => format!(
+                    "matmul -> %{n}: {} + epilogue[{} instrs] writes {:?}",
+                    graph.nodes[*n].spec,
+                    f.instr_count(),
+                    f.outputs
+                        .iter()
+                        .map(|o| format!("%{o}"))
+                        .collect::<Vec<_>>()
+                ),
                 CpuKernel::Single(n) | CpuKernel::Collective(n) => format!(
                     "{} -> %{n}: {}",
                     graph.nodes[*n].op.name(),
@@ -175,6 +189,31 @@ impl CpuExecutable {
                         f.run(&ins, &outs);
                     }
                     CpuKernel::Single(n) => run_single(graph, *n, &raw),
+                    CpuKernel::Epilogue(mm, f) => {
+                        let ins: Vec<Raw> = f.inputs.iter().map(|&n| raw(n)).collect();
+                        let outs: Vec<Raw> = f.outputs.iter().map(|&n| raw(n)).collect();
+                        let node = &graph.nodes[*mm];
+                        let Op::MatMul { ta, tb } = node.op else {
+                            unreachable!("an epilogue follows a matmul")
+                        };
+                        let cols = node.spec.shape[1];
+                        let rows =
+                            |r0: usize, r1: usize| f.run_span(&ins, &outs, r0 * cols, r1 * cols);
+                        let shape = |i: usize| graph.nodes[node.args[i]].spec.shape.as_slice();
+                        let (a, b) = (raw(node.args[0]), raw(node.args[1]));
+                        if !matmul::matmul_then(
+                            a,
+                            b,
+                            raw(*mm),
+                            shape(0),
+                            shape(1),
+                            ta,
+                            tb,
+                            Some(&rows),
+                        ) {
+                            f.run(&ins, &outs);
+                        }
+                    }
                     CpuKernel::Conv(n, patches) => {
                         let Op::Im2Col { window } = graph.nodes[*patches].op else {
                             unreachable!("the fuser pairs a matmul with its im2col")

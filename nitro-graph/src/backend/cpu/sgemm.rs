@@ -95,6 +95,12 @@ unsafe impl Sync for Operand {}
 /// `c[m x n] (row-major, row stride ldc) = op(a)[m x k] op(b)[k x n]`,
 /// over the rayon pool when `parallel`.
 ///
+/// `epilogue(r0, r1)`, when given, is called once for every block of rows
+/// `r0..r1` right after those rows are final, by the task that finished
+/// them (while they are in its cache); the blocks cover `0..m` exactly.
+/// That needs every task to own whole rows (one column block, no column
+/// split); otherwise it is not called and the result says so.
+///
 /// # Safety
 /// [`preferred`] returned true; `a` and `b` address `m x k` and `k x n`
 /// elements through their strides; `c` holds `m` rows of `ldc >= n`
@@ -109,17 +115,18 @@ pub(super) unsafe fn sgemm(
     c: *mut f32,
     ldc: usize,
     parallel: bool,
-) {
+    epilogue: Option<&(dyn Fn(usize, usize) + Sync)>,
+) -> bool {
     // SAFETY: the caller's contract (see above) covers every pointer formed here.
     unsafe {
-        if m == 0 || n == 0 {
-            return;
-        }
-        if k == 0 {
+        if m == 0 || n == 0 || k == 0 {
             for i in 0..m {
                 std::slice::from_raw_parts_mut(c.add(i * ldc), n).fill(0.0);
             }
-            return;
+            if let Some(e) = epilogue.filter(|_| m > 0) {
+                e(0, m);
+            }
+            return true;
         }
         let c = Shared(c);
         let threads = if parallel {
@@ -128,6 +135,7 @@ pub(super) unsafe fn sgemm(
             1
         };
         let bpack_len = KC * NC.min(n.next_multiple_of(NR));
+        let mut applied = false;
         with_scratch(&B_PACK, bpack_len, |bpack| {
             for jc in (0..n).step_by(NC) {
                 let nc = NC.min(n - jc);
@@ -157,6 +165,9 @@ pub(super) unsafe fn sgemm(
                         .min(row_panels);
                     let groups = (2 * threads).div_ceil(blocks).clamp(1, panels);
                     let per_group = panels.div_ceil(groups);
+                    let last = pc + kc == k;
+                    let rows_done = epilogue.filter(|_| last && groups == 1 && n <= NC);
+                    applied |= rows_done.is_some();
                     let task = |t: usize| {
                         let (ib, g) = (t / groups, t % groups);
                         let (p0, p1) = (ib * row_panels / blocks, (ib + 1) * row_panels / blocks);
@@ -179,6 +190,9 @@ pub(super) unsafe fn sgemm(
                                 }
                             }
                         });
+                        if let Some(e) = rows_done {
+                            e(ic, ic + mc);
+                        }
                     };
                     let tasks = blocks * groups;
                     if threads > 1 && tasks > 1 {
@@ -189,13 +203,13 @@ pub(super) unsafe fn sgemm(
                 }
             }
         });
+        applied
     }
 }
 
 thread_local! {
-    /// This thread's packed B block, kept between products: allocating a
-    /// fresh one (up to 3 MB) per product made the kernel fault it in page
-    /// by page while packing, ~7% of a GPT train step.
+    /// This thread's packed B block, kept between products instead of a
+    /// fresh, zeroed allocation (up to 3 MB) per product.
     static B_PACK: RefCell<AlignedBuf> = const { RefCell::new(AlignedBuf::empty()) };
     /// This thread's packed A block, kept likewise.
     static A_PACK: RefCell<AlignedBuf> = const { RefCell::new(AlignedBuf::empty()) };
@@ -470,6 +484,7 @@ mod tests {
                 c.as_mut_ptr(),
                 ldc,
                 parallel,
+                None,
             )
         };
         let want = reference(m, n, k, &a, ta, &b, tb);
@@ -553,6 +568,7 @@ mod tests {
                     c.as_mut_ptr(),
                     n,
                     parallel,
+                    None,
                 )
             };
             c

@@ -237,6 +237,13 @@ impl FusedKernel {
         }
     }
 
+    /// Elements `start..end` on the calling thread (a matmul epilogue's
+    /// block of rows; groups without tails only).
+    pub fn run_span(&self, inputs: &[Raw], outputs: &[Raw], start: usize, end: usize) {
+        debug_assert!(self.tails.is_empty(), "epilogue groups have no tails");
+        self.run_range(inputs, outputs, &[], start, end);
+    }
+
     /// A group with tails: tasks of whole rows (about [`TASK`] elements),
     /// each computing its block into scratch and reducing it there.
     fn run_rows(&self, inputs: &[Raw], outputs: &[Raw]) {

@@ -145,8 +145,10 @@ pub fn generate(graph: &Graph, schedule: &Schedule) -> CudaSource {
                 out.add(name, code, Grid::PerElement(group.numel), args, k);
             }
             Kernel::Single(n) => single::single(graph, *n, k, &mut out),
-            Kernel::Conv { .. } => {
-                unreachable!("CUDA lowers with `Rules::default()`: no direct convolutions")
+            Kernel::Conv { .. } | Kernel::Epilogue { .. } => {
+                unreachable!(
+                    "CUDA lowers with `Rules::default()`: no direct convolutions or epilogues"
+                )
             }
         }
     }
