@@ -176,27 +176,23 @@ unsafe fn tile_avx2(
             let src = img.add(off);
             let b0 = _mm256_loadu_ps(src);
             let b1 = _mm256_loadu_ps(src.add(8));
-            // One broadcast live at a time: 12 accumulators, two pixel
-            // vectors and one weight fill the 16 registers exactly (two
-            // weights at once made LLVM spill accumulators to the stack).
-            let a = _mm256_broadcast_ss(&*ap);
-            c00 = _mm256_fmadd_ps(a, b0, c00);
-            c01 = _mm256_fmadd_ps(a, b1, c01);
-            let a = _mm256_broadcast_ss(&*ap.add(1));
-            c10 = _mm256_fmadd_ps(a, b0, c10);
-            c11 = _mm256_fmadd_ps(a, b1, c11);
-            let a = _mm256_broadcast_ss(&*ap.add(2));
-            c20 = _mm256_fmadd_ps(a, b0, c20);
-            c21 = _mm256_fmadd_ps(a, b1, c21);
-            let a = _mm256_broadcast_ss(&*ap.add(3));
-            c30 = _mm256_fmadd_ps(a, b0, c30);
-            c31 = _mm256_fmadd_ps(a, b1, c31);
-            let a = _mm256_broadcast_ss(&*ap.add(4));
-            c40 = _mm256_fmadd_ps(a, b0, c40);
-            c41 = _mm256_fmadd_ps(a, b1, c41);
-            let a = _mm256_broadcast_ss(&*ap.add(5));
-            c50 = _mm256_fmadd_ps(a, b0, c50);
-            c51 = _mm256_fmadd_ps(a, b1, c51);
+            // Output channel `i` of the tile: its weight times both pixel
+            // vectors. One broadcast live at a time: 12 accumulators, two
+            // pixel vectors and one weight fill the 16 registers exactly
+            // (two weights at once made LLVM spill accumulators).
+            macro_rules! channel {
+                ($i:expr, $lo:ident, $hi:ident) => {
+                    let a = _mm256_broadcast_ss(&*ap.add($i));
+                    $lo = _mm256_fmadd_ps(a, b0, $lo);
+                    $hi = _mm256_fmadd_ps(a, b1, $hi);
+                };
+            }
+            channel!(0, c00, c01);
+            channel!(1, c10, c11);
+            channel!(2, c20, c21);
+            channel!(3, c30, c31);
+            channel!(4, c40, c41);
+            channel!(5, c50, c51);
             ap = ap.add(OB);
         }
         let t = tile.as_mut_ptr();
