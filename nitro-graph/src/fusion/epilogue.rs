@@ -10,7 +10,6 @@
 
 use super::{Access, FusedGroup, Kernel, Source};
 use crate::ir::{Graph, Op};
-use crate::plan::base_of;
 use nitro_device::DType;
 
 /// Merge every `matmul` kernel immediately followed by a group that
@@ -49,7 +48,8 @@ fn qualifies(graph: &Graph, mm: usize, group: &FusedGroup) -> bool {
         .iter()
         .flatten()
         .filter_map(|s| match s {
-            Source::Load { node, access } if base_of(graph, *node) == mm => Some(access),
+            // Loads name stored bases: reshapes of the product resolve to it.
+            Source::Load { node, access } if *node == mm => Some(access),
             _ => None,
         })
         .peekable();
