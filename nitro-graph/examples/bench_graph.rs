@@ -22,11 +22,10 @@ fn machine() -> String {
     )
 }
 
-/// `NITRO_PROFILE=1`: the `top` slowest kernels of one profiled call (`=N`:
-/// the N slowest), then
-/// the time per kind of kernel (the op's name), on stderr.
+/// `NITRO_PROFILE=1`: the `top` slowest kernels of one profiled call
+/// (`NITRO_PROFILE=N`: the N slowest), then the time per kind of kernel
+/// (the op's name), on stderr.
 fn print_profile(rows: &[(f64, String)], top: usize) {
-    // `NITRO_PROFILE=N` (a number above 1) lists the N most costly kernels.
     let top = match std::env::var("NITRO_PROFILE")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -12,7 +12,7 @@
 //! the write is elementwise; otherwise the result is swapped in at the end
 //! of the call, which still allocates nothing.
 
-use crate::fusion::{Kernel, Schedule, Source};
+use crate::fusion::{FusedGroup, Kernel, Schedule, Source};
 use crate::ir::{Graph, NodeId, Op};
 use nitro_device::DType;
 
@@ -85,18 +85,18 @@ pub fn base_of(graph: &Graph, mut n: NodeId) -> NodeId {
     n
 }
 
+/// The stored values a fused group loads.
+fn group_reads<'a>(graph: &'a Graph, g: &'a FusedGroup) -> impl Iterator<Item = NodeId> + 'a {
+    g.sources.iter().flatten().filter_map(|s| match s {
+        Source::Load { node, .. } => Some(base_of(graph, *node)),
+        _ => None,
+    })
+}
+
 /// Nodes each kernel reads from memory.
 pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
     match kernel {
-        Kernel::Fused(g) => g
-            .sources
-            .iter()
-            .flatten()
-            .filter_map(|s| match s {
-                Source::Load { node, .. } => Some(base_of(graph, *node)),
-                _ => None,
-            })
-            .collect(),
+        Kernel::Fused(g) => group_reads(graph, g).collect(),
         Kernel::Single(n) => graph.nodes[*n]
             .args
             .iter()
@@ -106,7 +106,7 @@ pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
             .args
             .iter()
             .map(|&a| base_of(graph, a))
-            .chain(kernel_reads(graph, &Kernel::Fused(group.clone())))
+            .chain(group_reads(graph, group))
             .collect(),
         // The kernel and the image the patch matrix would have come from.
         Kernel::Conv { out, patches } => vec![

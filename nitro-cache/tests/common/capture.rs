@@ -4,6 +4,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use tracing_subscriber::fmt::writer::OptionalWriter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// A shared byte buffer that a `fmt` subscriber writes into.
@@ -44,31 +45,16 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
 }
 
-/// A writer that keeps or discards.
-pub struct Sink(Option<Captured>);
-
-impl Write for Sink {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Some(c) = &mut self.0 {
-            c.write_all(buf)?;
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 impl<'a> MakeWriter<'a> for Router {
-    type Writer = Sink;
-    fn make_writer(&'a self) -> Sink {
-        Sink(None)
+    type Writer = OptionalWriter<Captured>;
+    fn make_writer(&'a self) -> Self::Writer {
+        OptionalWriter::none()
     }
-    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Sink {
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
         SINK.with(|s| match &*s.borrow() {
             // More verbose levels compare greater (TRACE > DEBUG > INFO).
-            Some((c, level)) if meta.level() <= level => Sink(Some(c.clone())),
-            _ => Sink(None),
+            Some((c, level)) if meta.level() <= level => OptionalWriter::some(c.clone()),
+            _ => OptionalWriter::none(),
         })
     }
 }

@@ -70,6 +70,7 @@ pub fn direct_conv(kernel: Raw, x: Raw, out: Raw, image: &[usize], o: usize, win
     let image_len = (c * hp * wp).max(offsets[ckk - 1] + tiles * QB);
     let plane = n * oh * ow;
     let dst = out;
+    let wide = avx2_fma();
     let sample = |s: usize| {
         let mut img = vec![0.0f32; image_len];
         for ci in 0..c {
@@ -84,7 +85,7 @@ pub fn direct_conv(kernel: Raw, x: Raw, out: Raw, image: &[usize], o: usize, win
             let rows = OB.min(o - b * OB);
             for t in 0..tiles {
                 let q0 = t * QB;
-                compute_tile(&img[q0..], &offsets, panel, &mut tile);
+                compute_tile(&img[q0..], &offsets, panel, &mut tile, wide);
                 // Copy the live pixels: each output row met by the tile is
                 // one contiguous run of it.
                 let mut y = q0 / wp;
@@ -116,6 +117,18 @@ pub fn direct_conv(kernel: Raw, x: Raw, out: Raw, image: &[usize], o: usize, win
     }
 }
 
+/// Whether the AVX2+FMA tile kernel may run here.
+fn avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        super::simd::avx2() && is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// `dst = src` for the short runs here (an image row, a tile row's live
 /// pixels): eight at a time by fixed-size copies, then one by one, so no
 /// call into `memcpy` (which cost 9% of LeNet's predict on runs of a few
@@ -138,15 +151,24 @@ fn copy_short(src: &[f32], dst: &mut [f32]) {
 
 /// `tile[i][l] = sum_p panel[p][i] * img[offsets[p] + l]` for the OB x QB
 /// tile whose first pixel is `img[0]`.
-fn compute_tile(img: &[f32], offsets: &[usize], panel: &[f32], tile: &mut [f32; OB * QB]) {
+/// `wide`: the CPU has AVX2 and FMA ([`avx2_fma`], asked once per call).
+fn compute_tile(
+    img: &[f32],
+    offsets: &[usize],
+    panel: &[f32],
+    tile: &mut [f32; OB * QB],
+    wide: bool,
+) {
     let last = offsets.last().map_or(0, |&o| o + QB);
     assert!(img.len() >= last && panel.len() >= offsets.len() * OB);
     #[cfg(target_arch = "x86_64")]
-    if super::simd::avx2() && is_x86_feature_detected!("fma") {
+    if wide {
         // SAFETY: AVX2 and FMA are present; the assert above bounds every
         // read (offsets[p] + QB <= img.len(), OB weights per p).
         return unsafe { tile_avx2(img.as_ptr(), offsets, panel.as_ptr(), tile) };
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = wide;
     tile.fill(0.0);
     for (p, &off) in offsets.iter().enumerate() {
         for i in 0..OB {

@@ -122,14 +122,10 @@ pub fn matmul_then(
         && flops >= sgemm::LARGE_MACS
         && m.min(n) >= sgemm::LARGE_SIDE
         && sgemm::preferred();
+    let parallel = matches!(par, gemm::Parallelism::Rayon(_));
     if let (Some(e), true, 1, 1) = (epilogue, fast, batch, k_parts) {
-        let operand = |raw: Raw, rs, cs| sgemm::Operand {
-            ptr: raw.ptr::<f32>(),
-            rs,
-            cs,
-        };
-        let parallel = matches!(par, gemm::Parallelism::Rayon(_));
-        let (a, b) = (operand(a, a_rs, a_cs), operand(b, b_rs, b_cs));
+        let a = sgemm::Operand::new(a.ptr::<f32>(), a_rs, a_cs);
+        let b = sgemm::Operand::new(b.ptr::<f32>(), b_rs, b_cs);
         // SAFETY: as for every product below: `a` and `b` address m*k and
         // k*n f32 elements under these strides; `out` holds m*n and
         // overlaps neither.
@@ -197,13 +193,8 @@ pub fn matmul_then(
                         return;
                     }
                     if fast {
-                        let operand = |ptr: *const $t, rs, cs| sgemm::Operand {
-                            ptr: ptr as *const f32,
-                            rs,
-                            cs,
-                        };
-                        let parallel = matches!(par, gemm::Parallelism::Rayon(_));
-                        let (a, b) = (operand(ap, a_rs, a_cs), operand(bp, b_rs, b_cs));
+                        let a = sgemm::Operand::new(ap as *const f32, a_rs, a_cs);
+                        let b = sgemm::Operand::new(bp as *const f32, b_rs, b_cs);
                         sgemm::sgemm(m, n, k, a, b, op as *mut f32, n, parallel, None);
                         return;
                     }

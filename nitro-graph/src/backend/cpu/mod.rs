@@ -180,18 +180,16 @@ impl CpuExecutable {
                 Storage::Slot(i) => slot_raw[i],
                 Storage::Virtual => unreachable!("node %{n} read but never stored"),
             };
+            let raws = |nodes: &[NodeId]| nodes.iter().map(|&n| raw(n)).collect::<Vec<Raw>>();
             for kernel in &self.kernels {
                 let start = times.as_ref().map(|_| std::time::Instant::now());
                 match kernel {
                     CpuKernel::Fused(f) => {
-                        let ins: Vec<Raw> = f.inputs.iter().map(|&n| raw(n)).collect();
-                        let outs: Vec<Raw> = f.outputs.iter().map(|&n| raw(n)).collect();
-                        f.run(&ins, &outs);
+                        f.run(&raws(&f.inputs), &raws(&f.outputs));
                     }
                     CpuKernel::Single(n) => run_single(graph, *n, &raw),
                     CpuKernel::Epilogue(mm, f) => {
-                        let ins: Vec<Raw> = f.inputs.iter().map(|&n| raw(n)).collect();
-                        let outs: Vec<Raw> = f.outputs.iter().map(|&n| raw(n)).collect();
+                        let (ins, outs) = (raws(&f.inputs), raws(&f.outputs));
                         let node = &graph.nodes[*mm];
                         let Op::MatMul { ta, tb } = node.op else {
                             unreachable!("an epilogue follows a matmul")

@@ -72,6 +72,13 @@ pub(super) struct Operand {
     pub cs: isize,
 }
 
+impl Operand {
+    /// The operand at `ptr` with row stride `rs` and column stride `cs`.
+    pub(super) fn new(ptr: *const f32, rs: isize, cs: isize) -> Operand {
+        Operand { ptr, rs, cs }
+    }
+}
+
 /// A pointer shared with the tasks that write disjoint parts of it.
 #[derive(Clone, Copy)]
 struct Shared(*mut f32);
@@ -134,8 +141,21 @@ pub(super) unsafe fn sgemm(
         } else {
             1
         };
+        // Row blocks of whole MR panels, as many as an even share over the
+        // threads needs (a count that is a multiple of the thread count,
+        // sizes differing by at most one panel: nine blocks of 120 rows on
+        // two threads left one thread idle for a ninth of every product);
+        // the columns split too when the rows alone give fewer than two
+        // tasks per thread.
+        let row_panels = m.div_ceil(MR);
+        let blocks = row_panels
+            .div_ceil(MC / MR)
+            .next_multiple_of(threads)
+            .min(row_panels);
+        // Every task owns whole rows: one column block, no column split
+        // (the same in every column block, so the first one decides).
+        let whole_rows = n <= NC && (2 * threads).div_ceil(blocks) <= 1;
         let bpack_len = KC * NC.min(n.next_multiple_of(NR));
-        let mut applied = false;
         with_scratch(&B_PACK, bpack_len, |bpack| {
             for jc in (0..n).step_by(NC) {
                 let nc = NC.min(n - jc);
@@ -152,22 +172,9 @@ pub(super) unsafe fn sgemm(
                         bp.chunks_mut(kc * NR).enumerate().for_each(pack_panel);
                     }
                     let bp: &[f32] = bp;
-                    // Row blocks of whole MR panels, as many as an even share
-                    // over the threads needs (a count that is a multiple of
-                    // the thread count, sizes differing by at most one panel:
-                    // nine blocks of 120 rows on two threads left one thread
-                    // idle for a ninth of every product), splitting the columns
-                    // when the rows alone give fewer than two tasks per thread.
-                    let row_panels = m.div_ceil(MR);
-                    let blocks = row_panels
-                        .div_ceil(MC / MR)
-                        .next_multiple_of(threads)
-                        .min(row_panels);
                     let groups = (2 * threads).div_ceil(blocks).clamp(1, panels);
                     let per_group = panels.div_ceil(groups);
-                    let last = pc + kc == k;
-                    let rows_done = epilogue.filter(|_| last && groups == 1 && n <= NC);
-                    applied |= rows_done.is_some();
+                    let rows_done = epilogue.filter(|_| whole_rows && pc + kc == k);
                     let task = |t: usize| {
                         let (ib, g) = (t / groups, t % groups);
                         let (p0, p1) = (ib * row_panels / blocks, (ib + 1) * row_panels / blocks);
@@ -203,7 +210,7 @@ pub(super) unsafe fn sgemm(
                 }
             }
         });
-        applied
+        epilogue.is_some() && whole_rows
     }
 }
 
