@@ -43,6 +43,17 @@ pub(super) enum Reg {
 }
 
 impl Reg {
+    /// The class this register holds.
+    pub(super) fn class(&self) -> Class {
+        match self {
+            Reg::F32(_) => Class::F32,
+            Reg::F64(_) => Class::F64,
+            Reg::I32(_) => Class::I32,
+            Reg::I64(_) => Class::I64,
+            Reg::Bool(_) => Class::Bool,
+        }
+    }
+
     pub(super) fn new(c: Class) -> Reg {
         match c {
             Class::F32 => Reg::F32(vec![0.0; CHUNK]),
@@ -246,7 +257,16 @@ fn for_each_run(
     mut f: impl FnMut(usize, usize, usize, usize),
 ) {
     let r = shape.len();
-    let mut idx = vec![0usize; r];
+    // On the stack for every rank a program reaches in practice: this runs
+    // once per strided input per chunk, and a heap index here cost more
+    // than the copy it steers (calloc and free were 3% of a GPT step).
+    let (mut small, mut large) = ([0usize; 8], Vec::new());
+    let idx: &mut [usize] = if r <= small.len() {
+        &mut small[..r]
+    } else {
+        large.resize(r, 0);
+        &mut large
+    };
     let mut rem = at;
     for d in (0..r).rev() {
         idx[d] = rem % shape[d];

@@ -28,6 +28,7 @@ use crate::ir::{Graph, NodeId, Op};
 use chunk::{class_of, exec, store, Class, Instr, Reg};
 use nitro_device::{DType, HostBuffer};
 use rayon::prelude::*;
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// Elements per chunk: small enough that a dozen f32 registers fit in L1.
@@ -284,44 +285,74 @@ impl FusedKernel {
         start: usize,
         end: usize,
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if super::simd::avx2() {
-            #[target_feature(enable = "avx2")]
-            unsafe fn wide(
-                k: &FusedKernel,
-                inputs: &[Raw],
-                outputs: &[Raw],
-                scratch: &[Raw],
-                start: usize,
-                end: usize,
-            ) {
-                k.run_range_inline(inputs, outputs, scratch, start, end)
+        REGISTERS.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut pool) => {
+                let regs = fit(&mut pool, &self.classes);
+                self.run_wide(regs, inputs, outputs, scratch, start, end)
             }
-            // SAFETY: the CPU has AVX2 (checked above).
-            return unsafe { wide(self, inputs, outputs, scratch, start, end) };
-        }
-        self.run_range_inline(inputs, outputs, scratch, start, end)
+            // Only if a thread re-entered (nothing in the chunk loop runs
+            // another kernel today): registers of its own.
+            Err(_) => {
+                let mut regs: Vec<Reg> = self.classes.iter().map(|&c| Reg::new(c)).collect();
+                self.run_wide(&mut regs, inputs, outputs, scratch, start, end)
+            }
+        })
     }
 
-    /// The chunk loop; inlined into each build of [`FusedKernel::run_range`].
-    #[inline(always)]
-    fn run_range_inline(
+    /// [`FusedKernel::run_chunks`] in the widest build this CPU runs (the
+    /// entry point must be a named function: a closure would not inherit
+    /// its `#[target_feature]`).
+    fn run_wide(
         &self,
+        regs: &mut [Reg],
         inputs: &[Raw],
         outputs: &[Raw],
         scratch: &[Raw],
         start: usize,
         end: usize,
     ) {
-        let mut regs: Vec<Reg> = self.classes.iter().map(|&c| Reg::new(c)).collect();
+        #[cfg(target_arch = "x86_64")]
+        if super::simd::avx2() {
+            #[target_feature(enable = "avx2")]
+            unsafe fn wide(
+                k: &FusedKernel,
+                regs: &mut [Reg],
+                inputs: &[Raw],
+                outputs: &[Raw],
+                scratch: &[Raw],
+                start: usize,
+                end: usize,
+            ) {
+                k.run_chunks(regs, inputs, outputs, scratch, start, end)
+            }
+            // SAFETY: the CPU has AVX2 (checked above).
+            return unsafe { wide(self, regs, inputs, outputs, scratch, start, end) };
+        }
+        self.run_chunks(regs, inputs, outputs, scratch, start, end)
+    }
+
+    /// The chunk loop over `regs`, one register per class of the kernel
+    /// (contents on entry unspecified: every instruction writes its
+    /// destination before anything reads it); inlined into each build of
+    /// [`FusedKernel::run_wide`].
+    #[inline(always)]
+    fn run_chunks(
+        &self,
+        regs: &mut [Reg],
+        inputs: &[Raw],
+        outputs: &[Raw],
+        scratch: &[Raw],
+        start: usize,
+        end: usize,
+    ) {
         for instr in &self.instrs[..self.constants] {
-            exec(instr, &mut regs, inputs, 0, CHUNK);
+            exec(instr, regs, inputs, 0, CHUNK);
         }
         let mut at = start;
         while at < end {
             let len = CHUNK.min(end - at);
             for instr in &self.instrs[self.constants..] {
-                exec(instr, &mut regs, inputs, at, len);
+                exec(instr, regs, inputs, at, len);
             }
             for (&r, out) in self.stores.iter().zip(outputs) {
                 store(&regs[r], *out, at, len);
@@ -332,6 +363,26 @@ impl FusedKernel {
             at += len;
         }
     }
+}
+
+thread_local! {
+    /// This thread's register file, kept from one kernel call to the next:
+    /// a fresh one per task (a zeroed allocation per register) cost 2-3%
+    /// of a GPT step in calloc and free.
+    static REGISTERS: RefCell<Vec<Reg>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The first `classes.len()` registers of `pool`, each of its class
+/// (registers of another class are replaced, missing ones added).
+fn fit<'p>(pool: &'p mut Vec<Reg>, classes: &[Class]) -> &'p mut [Reg] {
+    for (i, &c) in classes.iter().enumerate() {
+        match pool.get(i) {
+            Some(r) if r.class() == c => {}
+            Some(_) => pool[i] = Reg::new(c),
+            None => pool.push(Reg::new(c)),
+        }
+    }
+    &mut pool[..classes.len()]
 }
 
 fn iota_instr(graph: &Graph, n: NodeId, dst: usize) -> Instr {

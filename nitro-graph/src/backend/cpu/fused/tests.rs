@@ -2,6 +2,7 @@
 //! what the baseline build does: every op, on values that include ±0, NaN,
 //! ±inf and chunk remainders, compared bit for bit.
 
+use super::chunk::Reg;
 use super::FusedKernel;
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::{schedule, Kernel, Rules};
@@ -130,7 +131,10 @@ fn both_builds(graph: &Graph, inputs: &mut [HostBuffer]) -> (Vec<Vec<u8>>, Vec<V
             run(&ins, &raws);
             bufs.iter().map(|b| b.to_le_bytes()).collect()
         };
-        base.extend(outs(&|i, o| k.run_range_inline(i, o, &[], 0, k.numel)));
+        base.extend(outs(&|i, o| {
+            let mut regs: Vec<Reg> = k.classes.iter().map(|&c| Reg::new(c)).collect();
+            k.run_chunks(&mut regs, i, o, &[], 0, k.numel)
+        }));
         wide.extend(outs(&|i, o| k.run(i, o)));
     }
     (base, wide)
