@@ -18,7 +18,8 @@
 //! | neg, abs | IEEE (sign bit) | wrapping: `-MIN == MIN`, `abs(MIN) == MIN` |
 //! | sign | 1 for x > 0, -1 for x < 0, else x itself: ±0 keep their sign and NaN stays NaN (NumPy, JAX/XLA) | -1, 0, 1 |
 //! | exp | f32: a branch-free polynomial evaluated in f64 ([`exp`]): the correctly rounded value, one ulp off on about 2 inputs in 10⁴; f64: the platform libm | refused at trace time |
-//! | log, sqrt, tanh, sin, cos, floor | the platform libm of the register type | refused at trace time |
+//! | tanh | f32: from the f32 exp's f64 core (odd series near 0), branch-free ([`tanh`]); f64: the platform libm | refused at trace time |
+//! | log, sqrt, sin, cos, floor | the platform libm of the register type | refused at trace time |
 //! | sigmoid | `1 / (1 + exp(-x))` | refused |
 //! | erf | f32: a rational minimax fit evaluated in f64, absolute error below 1.2e-7 ([`erf`]); f64: the libm `erf` (under 1 ulp) | refused |
 //! | gelu | `x * 0.5 * (1 + erf(x * (1/√2)))`, with the erf above | refused |
@@ -186,7 +187,7 @@ pub trait FloatElem:
 }
 
 macro_rules! float_elem {
-    ($t:ty, $exp:path, $erf:path) => {
+    ($t:ty, $exp:path, $erf:path, $tanh:path) => {
         impl FloatElem for $t {
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
@@ -206,7 +207,7 @@ macro_rules! float_elem {
             }
             #[inline(always)]
             fn tanh(self) -> Self {
-                <$t>::tanh(self)
+                $tanh(self)
             }
             #[inline(always)]
             fn sin(self) -> Self {
@@ -239,8 +240,8 @@ macro_rules! float_elem {
         }
     };
 }
-float_elem!(f32, exp::exp_f32, erf::erf_f32);
-float_elem!(f64, f64::exp, erf::erf_f64);
+float_elem!(f32, exp::exp_f32, erf::erf_f32, tanh::tanh_f32);
+float_elem!(f64, f64::exp, erf::erf_f64, f64::tanh);
 
 /// An integer register type (i32, i64): wrapping arithmetic.
 pub trait IntElem: Copy + Ord {
@@ -596,4 +597,5 @@ macro_rules! each_compare {
 pub mod erf;
 pub mod exp;
 mod scalar;
+pub mod tanh;
 pub use scalar::Scalar;

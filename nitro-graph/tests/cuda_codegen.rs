@@ -260,6 +260,7 @@ template <class T> T __shfl_down_sync(unsigned int, T, int);
 template <class T> T atomicAdd(T*, T);
 float expf(float); float logf(float); float sqrtf(float); float tanhf(float); float sinf(float);
 float cosf(float); float fabsf(float); float floorf(float); float powf(float, float);
+float copysignf(float, float);
 double exp(double); double log(double); double sqrt(double); double tanh(double); double sin(double);
 double cos(double); double fabs(double); double floor(double); double pow(double, double);
 "#;

@@ -2,7 +2,8 @@
 //! CPU and for CUDA. Each body runs its program on the device under test and
 //! on the CPU backend, and compares within the stated tolerance (the CPU
 //! instantiation checks the harness itself; on CUDA, reductions and
-//! matmuls sum in another order, and `expf`/`tanhf` are within 2 ulp).
+//! matmuls sum in another order, and `sinf`/`logf` and the prelude's
+//! functions under FMA contraction are within 2 ulp).
 //! Without a driver, every CUDA instantiation prints one
 //! "skipped: no CUDA driver" line and passes.
 //!

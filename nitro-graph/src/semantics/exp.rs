@@ -34,7 +34,13 @@ const INV_FACT: [f64; 7] = [
 #[inline(always)]
 pub fn exp_f32(x: f32) -> f32 {
     // `clamp` keeps NaN (it fails both comparisons) and compiles to blends.
-    let x = x.clamp(-104.0, 89.0) as f64;
+    exp_core(x.clamp(-104.0, 89.0) as f64) as f32
+}
+
+/// e^x in f64 before the final rounding, to ~3e-10 relative, for x in
+/// [-104, 89] (NaN stays NaN); [`super::tanh`] builds on it too.
+#[inline(always)]
+pub(crate) fn exp_core(x: f64) -> f64 {
     let t = x * std::f64::consts::LOG2_E + ROUND;
     let n = t - ROUND;
     let r = x - n * std::f64::consts::LN_2;
@@ -46,7 +52,7 @@ pub fn exp_f32(x: f32) -> f32 {
     // t's low mantissa bits hold n (two's complement, |n| <= 151).
     let n_bits = t.to_bits().wrapping_sub(ROUND.to_bits());
     let scale = f64::from_bits(n_bits.wrapping_add(1023) << 52);
-    (p * scale) as f32
+    p * scale
 }
 
 #[cfg(test)]

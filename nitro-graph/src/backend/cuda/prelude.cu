@@ -59,11 +59,10 @@ __device__ __forceinline__ int nitro_f64_to_u8(double x) {
 // sequence in the same order (round by the 1.5*2^52 addition, a degree-8
 // Taylor polynomial, 2^n from the exponent bits), so host emulation
 // matches the CPU bit for bit.
-__device__ __forceinline__ float nitro_exp_f32(float xf) {
+__device__ __forceinline__ double nitro_exp_core(double x) {
     const double round = 6755399441055744.0;
     const double c[7] = {1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0,
                          1.0 / 24.0, 1.0 / 6.0, 0.5};
-    double x = xf < -104.0f ? -104.0 : (xf > 89.0f ? 89.0 : (double)xf);
     double t = x * 1.4426950408889634 + round;
     double n = t - round;
     double r = x - n * 0.6931471805599453;
@@ -73,7 +72,27 @@ __device__ __forceinline__ float nitro_exp_f32(float xf) {
     unsigned long long nb = (unsigned long long)__double_as_longlong(t)
                             - (unsigned long long)__double_as_longlong(round);
     double scale = __longlong_as_double((long long)((nb + 1023ull) << 52));
-    return (float)(p * scale);
+    return p * scale;
+}
+
+__device__ __forceinline__ float nitro_exp_f32(float xf) {
+    double x = xf < -104.0f ? -104.0 : (xf > 89.0f ? 89.0 : (double)xf);
+    return (float)nitro_exp_core(x);
+}
+
+// tanh for f32 registers: the CPU's (semantics/tanh.rs), 1 - 2/(e^2a + 1)
+// from the exp core above, the odd series below 0.2, in the same order.
+__device__ __forceinline__ float nitro_tanh_f32(float xf) {
+    const double s[5] = {-1382.0 / 155925.0, 62.0 / 2835.0, -17.0 / 315.0, 2.0 / 15.0,
+                         -1.0 / 3.0};
+    float af = fabsf(xf);
+    double a = af > 10.0f ? 10.0 : (double)af;
+    double a2 = a * a;
+    double p = s[0];
+    for (int i = 1; i < 5; i++) p = p * a2 + s[i];
+    double small = a + a * a2 * p;
+    double big = 1.0 - 2.0 / (nitro_exp_core(2.0 * a) + 1.0);
+    return copysignf((float)(a < 0.2 ? small : big), xf);
 }
 
 // erf for f32 registers: the CPU's (semantics/erf.rs), the same rational

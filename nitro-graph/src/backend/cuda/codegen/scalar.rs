@@ -39,7 +39,8 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
         UnaryOp::Exp => f("nitro_exp_f32", "exp"),
         UnaryOp::Log => f("logf", "log"),
         UnaryOp::Sqrt => f("sqrtf", "sqrt"),
-        UnaryOp::Tanh => f("tanhf", "tanh"),
+        // f32: the CPU's exp-based form (prelude), not tanhf.
+        UnaryOp::Tanh => f("nitro_tanh_f32", "tanh"),
         UnaryOp::Sin => f("sinf", "sin"),
         UnaryOp::Cos => f("cosf", "cos"),
         UnaryOp::Floor => f("floorf", "floor"),
