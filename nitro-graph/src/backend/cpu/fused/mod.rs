@@ -253,19 +253,19 @@ impl FusedKernel {
         let block = |t: usize| {
             let (r0, r1) = (t * per_task, ((t + 1) * per_task).min(self.rows));
             let len = (r1 - r0) * self.row_len;
-            let mut scratch: Vec<HostBuffer> = self
-                .tails
-                .iter()
-                .map(|t| HostBuffer::zeros(t.dtype, len))
-                .collect();
-            let raws: Vec<Raw> = scratch.iter_mut().map(Raw::of).collect();
-            let start = r0 * self.row_len;
-            self.run_range(inputs, stores, &raws, start, start + len);
-            for ((tail, &src), &out) in self.tails.iter().zip(&raws).zip(tail_outs) {
-                let per = tail.row_outputs;
-                let dst = out.sub(r0 * per, (r1 - r0) * per);
-                reduce::reduce_rows(tail.kind, tail.layout, src, dst);
-            }
+            TAIL_SCRATCH.with(|cell| {
+                let (mut own, mut kept) = (Vec::new(), cell.try_borrow_mut());
+                // A thread that re-entered gets buffers of its own.
+                let pool = kept.as_deref_mut().unwrap_or(&mut own);
+                let raws = scratch_for(pool, &self.tails, len);
+                let start = r0 * self.row_len;
+                self.run_range(inputs, stores, &raws, start, start + len);
+                for ((tail, &src), &out) in self.tails.iter().zip(&raws).zip(tail_outs) {
+                    let per = tail.row_outputs;
+                    let dst = out.sub(r0 * per, (r1 - r0) * per);
+                    reduce::reduce_rows(tail.kind, tail.layout, src, dst);
+                }
+            });
         };
         let tasks = self.rows.div_ceil(per_task);
         if self.numel <= TASK {
@@ -370,6 +370,26 @@ thread_local! {
     /// a fresh one per task (a zeroed allocation per register) cost 2-3%
     /// of a GPT step in calloc and free.
     static REGISTERS: RefCell<Vec<Reg>> = const { RefCell::new(Vec::new()) };
+    /// This thread's scratch for the tails' inputs (a block of rows each),
+    /// kept likewise instead of a zeroed allocation per task.
+    static TAIL_SCRATCH: RefCell<Vec<HostBuffer>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `len` elements of scratch per tail, in this thread's buffers (grown and
+/// retyped as needed; contents unspecified: the chunk loop writes every
+/// element before the reduction reads it).
+fn scratch_for(pool: &mut Vec<HostBuffer>, tails: &[TailReduce], len: usize) -> Vec<Raw> {
+    for (i, t) in tails.iter().enumerate() {
+        match pool.get(i) {
+            Some(b) if b.dtype() == t.dtype && b.len() >= len => {}
+            Some(_) => pool[i] = HostBuffer::zeros(t.dtype, len),
+            None => pool.push(HostBuffer::zeros(t.dtype, len)),
+        }
+    }
+    pool[..tails.len()]
+        .iter_mut()
+        .map(|b| Raw::of(b).sub(0, len))
+        .collect()
 }
 
 /// The first `classes.len()` registers of `pool`, each of its class
