@@ -17,8 +17,7 @@
 //! |---|---|---|
 //! | neg, abs | IEEE (sign bit) | wrapping: `-MIN == MIN`, `abs(MIN) == MIN` |
 //! | sign | 1 for x > 0, -1 for x < 0, else x itself: ±0 keep their sign and NaN stays NaN (NumPy, JAX/XLA) | -1, 0, 1 |
-//! | exp | f32: a branch-free polynomial evaluated in f64 ([`exp`]): the correctly rounded value, one ulp off on about 2 inputs in 10⁴; f64: the platform libm | refused at trace time |
-//! | tanh | f32: from the f32 exp's f64 core (odd series near 0), branch-free ([`tanh`]); f64: the platform libm | refused at trace time |
+//! | exp, tanh | f32: branch-free, evaluated in f64: a polynomial ([`exp`]; the correctly rounded value, one ulp off on about 2 inputs in 10⁴), and tanh from its core ([`tanh`]; one ulp off on under 1 in 10³); f64: the platform libm | refused at trace time |
 //! | log, sqrt, sin, cos, floor | the platform libm of the register type | refused at trace time |
 //! | sigmoid | `1 / (1 + exp(-x))` | refused |
 //! | erf | f32: a rational minimax fit evaluated in f64, absolute error below 1.2e-7 ([`erf`]); f64: the libm `erf` (under 1 ulp) | refused |

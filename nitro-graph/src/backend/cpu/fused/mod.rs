@@ -285,16 +285,20 @@ impl FusedKernel {
         start: usize,
         end: usize,
     ) {
+        let span = Span {
+            inputs,
+            outputs,
+            scratch,
+            start,
+            end,
+        };
         REGISTERS.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut pool) => {
-                let regs = fit(&mut pool, &self.classes);
-                self.run_wide(regs, inputs, outputs, scratch, start, end)
-            }
+            Ok(mut pool) => self.run_wide(fit(&mut pool, &self.classes), span),
             // Only if a thread re-entered (nothing in the chunk loop runs
             // another kernel today): registers of its own.
             Err(_) => {
                 let mut regs: Vec<Reg> = self.classes.iter().map(|&c| Reg::new(c)).collect();
-                self.run_wide(&mut regs, inputs, outputs, scratch, start, end)
+                self.run_wide(&mut regs, span)
             }
         })
     }
@@ -302,33 +306,17 @@ impl FusedKernel {
     /// [`FusedKernel::run_chunks`] in the widest build this CPU runs (the
     /// entry point must be a named function: a closure would not inherit
     /// its `#[target_feature]`).
-    fn run_wide(
-        &self,
-        regs: &mut [Reg],
-        inputs: &[Raw],
-        outputs: &[Raw],
-        scratch: &[Raw],
-        start: usize,
-        end: usize,
-    ) {
+    fn run_wide(&self, regs: &mut [Reg], span: Span<'_>) {
         #[cfg(target_arch = "x86_64")]
         if super::simd::avx2() {
             #[target_feature(enable = "avx2")]
-            unsafe fn wide(
-                k: &FusedKernel,
-                regs: &mut [Reg],
-                inputs: &[Raw],
-                outputs: &[Raw],
-                scratch: &[Raw],
-                start: usize,
-                end: usize,
-            ) {
-                k.run_chunks(regs, inputs, outputs, scratch, start, end)
+            unsafe fn wide(k: &FusedKernel, regs: &mut [Reg], span: Span<'_>) {
+                k.run_chunks(regs, span)
             }
             // SAFETY: the CPU has AVX2 (checked above).
-            return unsafe { wide(self, regs, inputs, outputs, scratch, start, end) };
+            return unsafe { wide(self, regs, span) };
         }
-        self.run_chunks(regs, inputs, outputs, scratch, start, end)
+        self.run_chunks(regs, span)
     }
 
     /// The chunk loop over `regs`, one register per class of the kernel
@@ -336,15 +324,14 @@ impl FusedKernel {
     /// destination before anything reads it); inlined into each build of
     /// [`FusedKernel::run_wide`].
     #[inline(always)]
-    fn run_chunks(
-        &self,
-        regs: &mut [Reg],
-        inputs: &[Raw],
-        outputs: &[Raw],
-        scratch: &[Raw],
-        start: usize,
-        end: usize,
-    ) {
+    fn run_chunks(&self, regs: &mut [Reg], span: Span<'_>) {
+        let Span {
+            inputs,
+            outputs,
+            scratch,
+            start,
+            end,
+        } = span;
         for instr in &self.instrs[..self.constants] {
             exec(instr, regs, inputs, 0, CHUNK);
         }
@@ -363,6 +350,17 @@ impl FusedKernel {
             at += len;
         }
     }
+}
+
+/// What one call of the chunk loop covers: elements `start..end` of the
+/// group, its buffers, and the tails' scratch (indexed from `start`).
+#[derive(Clone, Copy)]
+pub(super) struct Span<'a> {
+    pub inputs: &'a [Raw],
+    pub outputs: &'a [Raw],
+    pub scratch: &'a [Raw],
+    pub start: usize,
+    pub end: usize,
 }
 
 thread_local! {

@@ -3,7 +3,7 @@
 //! ±inf and chunk remainders, compared bit for bit.
 
 use super::chunk::Reg;
-use super::FusedKernel;
+use super::{FusedKernel, Span};
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::{schedule, Kernel, Rules};
 use crate::ir::{Graph, Op, TensorSpec};
@@ -133,7 +133,14 @@ fn both_builds(graph: &Graph, inputs: &mut [HostBuffer]) -> (Vec<Vec<u8>>, Vec<V
         };
         base.extend(outs(&|i, o| {
             let mut regs: Vec<Reg> = k.classes.iter().map(|&c| Reg::new(c)).collect();
-            k.run_chunks(&mut regs, i, o, &[], 0, k.numel)
+            let span = Span {
+                inputs: i,
+                outputs: o,
+                scratch: &[],
+                start: 0,
+                end: k.numel,
+            };
+            k.run_chunks(&mut regs, span)
         }));
         wide.extend(outs(&|i, o| k.run(i, o)));
     }
