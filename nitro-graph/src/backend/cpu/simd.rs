@@ -3,7 +3,8 @@
 //! machine kind. gemm dispatches its own microkernels; our loops (fused
 //! kernels, reductions) are compiled a second time inside a
 //! `#[target_feature(enable = "avx2")]` entry point and take it where
-//! [`avx2`] says so. Only the vector width changes: no FMA contraction, no
+//! [`avx2`] says so (the fused loops a third time for AVX-512, where
+//! [`avx512`] says so). Only the vector width changes: no FMA contraction, no
 //! reassociation, so results are bit-identical to the baseline build.
 
 /// The SIMD level the gemm kernels dispatch to on this CPU: `"avx512"`
@@ -32,6 +33,23 @@ pub fn simd_level() -> &'static str {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         "scalar"
+    }
+}
+
+/// Whether the AVX-512 build of the fused loops may run here (F, BW, DQ
+/// and VL: what its `#[target_feature]` enables).
+#[inline]
+pub(crate) fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512dq")
+            && is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
 

@@ -1,6 +1,7 @@
-//! The wide (`#[target_feature]`) build of the chunk loops computes exactly
-//! what the baseline build does: every op, on values that include ±0, NaN,
-//! ±inf and chunk remainders, compared bit for bit.
+//! The wide (`#[target_feature]`) build of the chunk loops this CPU
+//! dispatches to (AVX-512 or AVX2) computes exactly what the baseline build
+//! does: every op, on values that include ±0, NaN, ±inf and chunk
+//! remainders, compared bit for bit.
 
 use super::chunk::Reg;
 use super::{FusedKernel, Span};
@@ -55,6 +56,8 @@ fn every_op(x: &Tensor, y: &Tensor, row: &Tensor, float: bool) -> Vec<(String, T
             x.recip(),
             x.sign(),
             x.floor(),
+            x.erf(),
+            x.gelu_erf(),
             x.pow(y),
         ]);
     } else {
