@@ -319,3 +319,45 @@ fn cuda_refuses_a_group_without_an_nccl_communicator_by_name() {
     );
     assert!(e.to_string().contains("NcclCommunicator"), "{e}");
 }
+
+#[test]
+fn pieces_cut_from_the_reduced_buffer_are_read_in_place_with_the_summed_values() {
+    // A data-parallel update: two parameters' gradients flattened into one
+    // buffer, all-reduced, cut back and applied. The cuts are contiguous
+    // slices, read where they lie by the update loops: no slice kernel.
+    let p = compile(
+        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2, 2]))],
+        CompileOptions::named("update"),
+        |_, t| {
+            let (ga, gb) = (&t[0] * 2.0, t[1].exp());
+            let flat = nitro_graph::Tensor::concat(&[ga, gb.reshape(&[4])], 0)?.all_reduce_sum(2);
+            let a = &t[0] - &(flat.narrow(0, 0, 3) * 0.5);
+            let b = &t[1] - &(flat.narrow(0, 3, 7).reshape(&[2, 2]) * 0.25);
+            Ok(vec![("a".into(), a), ("b".into(), b)])
+        },
+    )
+    .unwrap();
+    let kernels = p.listing();
+    let kernels = &kernels[kernels.find("\nkernels:").expect("a kernel list")..];
+    assert!(!kernels.contains("slice ->"), "{kernels}");
+    let comm = OtherRanksHold {
+        world: 2,
+        other: 1.0,
+        calls: AtomicUsize::new(0),
+    };
+    let (a0, b0) = ([1.0f32, -2.0, 0.5], [0.0f32, 1.0, -1.0, 2.0]);
+    let out = p
+        .run_with(
+            &mut [
+                Array::from_vec(&[3], a0.to_vec()).unwrap(),
+                Array::from_vec(&[2, 2], b0.to_vec()).unwrap(),
+            ],
+            &comm,
+        )
+        .unwrap();
+    // The other rank adds 1 to every gradient element.
+    let want_a: Vec<f32> = a0.iter().map(|&x| x - (2.0 * x + 1.0) * 0.5).collect();
+    let want_b: Vec<f32> = b0.iter().map(|&x| x - (x.exp() + 1.0) * 0.25).collect();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), want_a.as_slice());
+    assert_eq!(out[1].as_slice::<f32>().unwrap(), want_b.as_slice());
+}

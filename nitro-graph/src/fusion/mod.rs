@@ -6,7 +6,9 @@
 //!   `fill` and `iota` are computed inline where they are used. A permute
 //!   that keeps the last axis in place ([`permute_is_free`]: the NCHW
 //!   restore after a convolution's matmul) is free the same way, a strided
-//!   read of contiguous runs.
+//!   read of contiguous runs, and so is a slice that is one contiguous
+//!   range of a buffer ([`slice_offset`]: a gradient cut from the
+//!   all-reduced one).
 //! - Each elementwise node joins the newest group of one of its arguments
 //!   with the same element count, provided every other value it reads is
 //!   ready before that group runs; otherwise it starts a new group. A group
@@ -34,9 +36,11 @@
 mod conv;
 mod epilogue;
 mod tails;
+mod views;
 
 pub use conv::direct_convs;
 pub use tails::{runs, RowBlocks, RowLayout, Rules, Tail};
+pub use views::{permute_is_free, slice_offset};
 
 use crate::ir::{Graph, NodeId, Op};
 
@@ -55,6 +59,9 @@ pub enum Access {
         /// Source stride per axis, in elements.
         strides: Vec<usize>,
     },
+    /// Element `i` of the group reads element `offset + i` of the value: a
+    /// contiguous slice of it (see [`slice_offset`]).
+    Offset(usize),
 }
 
 /// Where an argument of a fused node comes from.
@@ -153,17 +160,6 @@ pub fn fill_value(graph: &Graph, mut n: NodeId) -> Option<f64> {
     }
 }
 
-/// Whether elementwise consumers read permute node `n` in place instead of
-/// a materialised copy: its last axis stays last and is long enough that
-/// the strided read is a run of contiguous copies.
-pub fn permute_is_free(graph: &Graph, n: NodeId) -> bool {
-    let Op::Permute { perm } = &graph.nodes[n].op else {
-        return false;
-    };
-    let r = perm.len();
-    r >= 2 && perm[r - 1] == r - 1 && graph.nodes[n].spec.shape[r - 1] >= 8
-}
-
 /// Row-major strides of `shape`.
 pub fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
@@ -184,6 +180,16 @@ impl<'g> Fuser<'g> {
             Op::Iota { .. } => Source::Iota(a),
             // A reshape keeps the flat order: read whatever it reshapes.
             Op::Reshape { .. } => self.resolve(node.args[0], group),
+            Op::Slice { .. } if slice_offset(self.graph, a).is_some() => {
+                let mut base = node.args[0];
+                while let Op::Reshape { .. } = self.graph.nodes[base].op {
+                    base = self.graph.nodes[base].args[0];
+                }
+                Source::Load {
+                    node: base,
+                    access: Access::Offset(slice_offset(self.graph, a).expect("checked")),
+                }
+            }
             Op::Permute { perm } if permute_is_free(self.graph, a) => {
                 let src = node.args[0];
                 let base = strides_of(&self.graph.nodes[src].spec.shape);
@@ -469,6 +475,7 @@ pub fn schedule(graph: &Graph, rules: Rules) -> Schedule {
             }
             Op::Fill { .. } | Op::Iota { .. } | Op::Reshape { .. } | Op::Broadcast { .. } => {}
             Op::Permute { .. } if permute_is_free(graph, id) => {}
+            Op::Slice { .. } if slice_offset(graph, id).is_some() => {}
             op if op.is_elementwise() => f.add_elementwise(id),
             Op::ReduceSum { .. } | Op::ReduceMax { .. } if rules.reduce_tails && f.add_tail(id) => {
             }

@@ -1,6 +1,7 @@
 //! Random programs for equivalence properties: a script of (op, operand,
 //! operand) picks builds a graph over inputs a:[3,4], b:[4], s:[] (all f64)
-//! that mixes elementwise math, reductions, products, every movement op,
+//! that mixes elementwise math, reductions, products, every movement op
+//! (slices read in place among them),
 //! casts, select and gather, plus the gradients of all of it.
 
 use nitro_graph::{DType, Tensor};
@@ -23,7 +24,7 @@ pub fn build(
                 _ => y.sum_all(),
             }
         };
-        let next = match op % 17 {
+        let next = match op % 18 {
             0 => x.tanh(),
             // erf, exact GELU and exp with their VJPs (exp of a bounded value).
             1 => x.sin() * 0.5 + x.gelu_erf().sin() + x.erf() * x.sin().exp(),
@@ -61,6 +62,13 @@ pub fn build(
                 .sum(&[0]),
             15 if x.rank() == 2 => x.take(&tr.literal(&[2.0, 0.0, 2.0], &[3], DType::I32)),
             16 if x.shape() == [4] => x.reshape(&[1, 4]).broadcast_to(&[3, 4]) * 0.5,
+            // Contiguous slices read in place by an elementwise group (at
+            // offsets 0 and 12 of the concat), as a data-parallel step cuts
+            // its gradients out of the all-reduced buffer.
+            17 if x.rank() == 2 => {
+                let both = Tensor::concat(&[x.clone(), x.sin()], 0).expect("two parts");
+                both.narrow(0, 3, 6).tanh() + both.narrow(0, 0, 3) * 0.5
+            }
             _ => x.neg(),
         };
         pool.push(next);

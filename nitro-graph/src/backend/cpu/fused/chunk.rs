@@ -1,9 +1,8 @@
 //! One chunk of a fused kernel: the register file ([`Reg`]), the register
 //! instructions ([`Instr`]) and their loops. Every loop here is
-//! `#[inline(always)]`, so it is compiled again inside each
-//! `#[target_feature]` entry point of [`super::FusedKernel`] and vectorises
-//! at the width the CPU offers (the crate itself is built for the
-//! architecture's baseline).
+//! `#[inline(always)]`, so it is compiled again inside each `#[target_feature]`
+//! entry point of [`super::FusedKernel`] and vectorises at the width the CPU
+//! offers (the crate itself is built for the architecture's baseline).
 
 use super::CHUNK;
 use crate::backend::cpu::raw::Raw;
@@ -298,8 +297,9 @@ macro_rules! load_as {
         let src = $src;
         let conv = $conv;
         match $access {
-            Access::Contiguous => {
-                for (x, s) in $d[..$len].iter_mut().zip(&src[$at..$at + $len]) {
+            Access::Contiguous | Access::Offset(_) => {
+                let o = $at + if let Access::Offset(o) = $access { *o } else { 0 };
+                for (x, s) in $d[..$len].iter_mut().zip(&src[o..o + $len]) {
                     *x = conv(*s);
                 }
             }

@@ -78,6 +78,10 @@ pub(super) fn fused(graph: &Graph, group: &FusedGroup, name: &str) -> (String, V
                         Access::Scalar => {
                             format!("const {ty} {r} = {};", load_expr(d, &format!("in{j}[0]")))
                         }
+                        Access::Offset(o) => format!(
+                            "const {ty} {r} = {};",
+                            load_expr(d, &format!("in{j}[{o}LL + i]"))
+                        ),
                         Access::Strided { shape, strides } => format!(
                             "long long o_{r} = 0;\n{}      const {ty} {r} = {};",
                             decompose("i", shape, strides, &format!("o_{r}"), "      "),
