@@ -64,6 +64,17 @@ pub enum Access {
     Offset(usize),
 }
 
+impl Access {
+    /// Where a contiguous read starts in the value: the offset of
+    /// [`Access::Offset`], 0 for any other access.
+    pub fn start(&self) -> usize {
+        match self {
+            Access::Offset(o) => *o,
+            _ => 0,
+        }
+    }
+}
+
 /// Where an argument of a fused node comes from.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {

@@ -52,7 +52,9 @@ pub fn slice_offset(graph: &Graph, n: NodeId) -> Option<usize> {
     // Contiguous: below some axis every axis is whole, above it every
     // axis has extent one.
     let shape = &graph.nodes[src].spec.shape;
-    let partial = (0..shape.len()).rev().find(|&d| end[d] - start[d] != shape[d]);
+    let partial = (0..shape.len())
+        .rev()
+        .find(|&d| end[d] - start[d] != shape[d]);
     if let Some(p) = partial {
         if (0..p).any(|d| end[d] - start[d] != 1) {
             return None;

@@ -4,50 +4,74 @@
 //!
 //! The communicator is an argument of the call, never part of the compiled
 //! program, so one program serves every call and a group is never baked in.
-//! It reduces host buffers it owns, so the kernel copies the argument out,
-//! reduces, and copies the result in: two copies of a gradient-sized buffer,
-//! small beside the messages themselves.
+//! It reduces host buffers it owns. Where the output has a workspace slot
+//! of its own size, that slot *is* the buffer reduced ([`into_slot`]): the
+//! argument is copied in once and the sum arrives in place. Otherwise
+//! ([`into_raw`]) a staging buffer is reduced and copied out, one more
+//! gradient-sized copy per call.
 
 use super::raw::Raw;
 use nitro_device::collective::{CollectiveError, Communicator};
-use nitro_device::HostBuffer;
+use nitro_device::{DType, HostBuffer};
 
-/// `out = sum over ranks of src` (same dtype and length). With no
+/// `slot = sum over ranks of src` (same dtype and length). With no
 /// communicator the program runs alone (a world of one, which the caller
-/// checked) and the sum is `src` itself.
-pub(super) fn all_reduce_sum(
+/// checked) and the sum is `src` itself. The communicator may hand back
+/// another allocation (the caller re-reads the slot's address), and after a
+/// failure the slot may be empty: the workspace must not be reused then.
+pub(super) fn into_slot(
+    src: Raw,
+    slot: &mut HostBuffer,
+    comm: Option<&dyn Communicator>,
+) -> Result<(), CollectiveError> {
+    debug_assert_eq!((src.dtype, src.len), (slot.dtype(), slot.len()));
+    summable(src.dtype)?;
+    let out = Raw::of(slot);
+    // SAFETY: src and the slot are distinct live buffers of the node's
+    // dtype and length (a stored single kernel's output never aliases its
+    // argument); the element width is the dtype's.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            src.ptr::<u8>(),
+            out.ptr::<u8>(),
+            src.len * src.dtype.size_of(),
+        )
+    };
+    match comm {
+        Some(comm) => comm.all_reduce_sum(slot),
+        None => Ok(()),
+    }
+}
+
+/// `out = sum over ranks of src` through a staging buffer, for an output
+/// whose storage is not a slot of exactly its size.
+pub(super) fn into_raw(
     src: Raw,
     out: Raw,
     comm: Option<&dyn Communicator>,
 ) -> Result<(), CollectiveError> {
     debug_assert_eq!((src.dtype, src.len), (out.dtype, out.len));
-    // SAFETY: src and out are distinct live buffers of the node's dtype and
-    // length (a stored single kernel's output never aliases its argument).
+    let mut staged = HostBuffer::zeros(src.dtype, src.len);
+    into_slot(src, &mut staged, comm)?;
+    // SAFETY: `out` holds as many elements of the dtype as `staged`, and
+    // the staging buffer is this call's own.
     unsafe {
-        macro_rules! reduce {
-            ($t:ty, $variant:ident) => {{
-                let Some(comm) = comm else {
-                    out.slice_mut::<$t>().copy_from_slice(src.slice::<$t>());
-                    return Ok(());
-                };
-                let mut buf = HostBuffer::$variant(src.slice::<$t>().to_vec());
-                comm.all_reduce_sum(&mut buf)?;
-                let HostBuffer::$variant(sum) = buf else {
-                    unreachable!("a collective keeps the buffer's dtype")
-                };
-                out.slice_mut::<$t>().copy_from_slice(&sum);
-                Ok(())
-            }};
-        }
-        match src.dtype {
-            nitro_device::DType::F32 => reduce!(f32, F32),
-            nitro_device::DType::F64 => reduce!(f64, F64),
-            nitro_device::DType::I32 => reduce!(i32, I32),
-            nitro_device::DType::I64 => reduce!(i64, I64),
-            dtype => Err(CollectiveError::DType {
-                op: "all_reduce_sum",
-                dtype,
-            }),
-        }
+        std::ptr::copy_nonoverlapping(
+            Raw::of(&mut staged).ptr::<u8>(),
+            out.ptr::<u8>(),
+            out.len * out.dtype.size_of(),
+        )
+    };
+    Ok(())
+}
+
+fn summable(dtype: DType) -> Result<(), CollectiveError> {
+    if nitro_device::collective::summable(dtype) {
+        Ok(())
+    } else {
+        Err(CollectiveError::DType {
+            op: "all_reduce_sum",
+            dtype,
+        })
     }
 }

@@ -31,6 +31,7 @@ use nitro_device::HostArray as Array;
 use nitro_device::HostBuffer;
 use raw::Raw;
 use reduce::Reduction;
+use std::cell::Cell;
 use std::sync::Mutex;
 
 enum CpuKernel {
@@ -155,7 +156,9 @@ impl CpuExecutable {
             None => Self::new_workspace(graph, plan),
         };
         let outputs = self.run_in(graph, plan, inputs, &mut ws, comm, times);
-        if let Some(g) = guard.as_mut() {
+        // A failed all-reduce may leave its slot empty (the communicator
+        // keeps the buffer MPI may still write): the next call starts over.
+        if let (Some(g), true) = (guard.as_mut(), outputs.is_ok()) {
             **g = Some(ws);
         }
         outputs
@@ -172,12 +175,15 @@ impl CpuExecutable {
     ) -> Result<Vec<Array>, CollectiveError> {
         {
             let input_raw: Vec<Raw> = inputs.iter_mut().map(|a| Raw::of(a.data_mut())).collect();
-            let slot_raw: Vec<Raw> = ws.slots.iter_mut().map(Raw::of).collect();
+            // Cells: an all-reduce may hand its slot back in another
+            // allocation, and every later reader must see the new one.
+            let slot_raw: Vec<Cell<Raw>> =
+                ws.slots.iter_mut().map(|b| Cell::new(Raw::of(b))).collect();
             let lit_raw: Vec<Raw> = ws.literals.iter_mut().map(Raw::of).collect();
             let raw = |n: NodeId| match plan.storage[n] {
                 Storage::Input(i) => input_raw[i],
                 Storage::Literal(i) => lit_raw[i],
-                Storage::Slot(i) => slot_raw[i],
+                Storage::Slot(i) => slot_raw[i].get(),
                 Storage::Virtual => unreachable!("node %{n} read but never stored"),
             };
             let raws = |nodes: &[NodeId]| nodes.iter().map(|&n| raw(n)).collect::<Vec<Raw>>();
@@ -227,7 +233,18 @@ impl CpuExecutable {
                         );
                     }
                     CpuKernel::Collective(n) => {
-                        collective::all_reduce_sum(raw(graph.nodes[*n].args[0]), raw(*n), comm)?
+                        let (src, spec) = (raw(graph.nodes[*n].args[0]), &graph.nodes[*n].spec);
+                        match plan.storage[*n] {
+                            // The slot is the buffer reduced: no staging copy.
+                            Storage::Slot(s)
+                                if (ws.slots[s].dtype(), ws.slots[s].len())
+                                    == (spec.dtype, spec.numel()) =>
+                            {
+                                collective::into_slot(src, &mut ws.slots[s], comm)?;
+                                slot_raw[s].set(Raw::of(&mut ws.slots[s]));
+                            }
+                            _ => collective::into_raw(src, raw(*n), comm)?,
+                        }
                     }
                 }
                 if let (Some(t), Some(start)) = (times.as_mut(), start) {

@@ -298,7 +298,7 @@ macro_rules! load_as {
         let conv = $conv;
         match $access {
             Access::Contiguous | Access::Offset(_) => {
-                let o = $at + if let Access::Offset(o) = $access { *o } else { 0 };
+                let o = $at + $access.start();
                 for (x, s) in $d[..$len].iter_mut().zip(&src[o..o + $len]) {
                     *x = conv(*s);
                 }
