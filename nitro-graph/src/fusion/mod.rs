@@ -187,20 +187,16 @@ impl<'g> Fuser<'g> {
         if let Some(v) = fill_value(self.graph, a) {
             return Source::Fill(v);
         }
+        if let Some((base, offset)) = slice_offset(self.graph, a) {
+            return Source::Load {
+                node: base,
+                access: Access::Offset(offset),
+            };
+        }
         match &node.op {
             Op::Iota { .. } => Source::Iota(a),
             // A reshape keeps the flat order: read whatever it reshapes.
             Op::Reshape { .. } => self.resolve(node.args[0], group),
-            Op::Slice { .. } if slice_offset(self.graph, a).is_some() => {
-                let mut base = node.args[0];
-                while let Op::Reshape { .. } = self.graph.nodes[base].op {
-                    base = self.graph.nodes[base].args[0];
-                }
-                Source::Load {
-                    node: base,
-                    access: Access::Offset(slice_offset(self.graph, a).expect("checked")),
-                }
-            }
             Op::Permute { perm } if permute_is_free(self.graph, a) => {
                 let src = node.args[0];
                 let base = strides_of(&self.graph.nodes[src].spec.shape);

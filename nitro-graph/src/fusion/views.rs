@@ -21,14 +21,15 @@ pub fn permute_is_free(graph: &Graph, n: NodeId) -> bool {
     r >= 2 && perm[r - 1] == r - 1 && graph.nodes[n].spec.shape[r - 1] >= 8
 }
 
-/// Where a slice `n` starts in its source, if consumers can read it there
-/// instead of from a copy: its elements are one contiguous range of a
+/// The stored node a slice `n` lies in, and where it starts there, if
+/// consumers can read it in place instead of from a copy: its elements are
+/// one contiguous range of a
 /// source stored by a kernel of its own (an input, a literal, an
 /// all-reduce, a matmul, a concat or a gather, seen through reshapes).
 /// Cutting the gradients back out of a data-parallel job's flat
 /// all-reduce buffer is four such slices, each a copy of its gradient
 /// before it; a slice of anything else is still materialised.
-pub fn slice_offset(graph: &Graph, n: NodeId) -> Option<usize> {
+pub fn slice_offset(graph: &Graph, n: NodeId) -> Option<(NodeId, usize)> {
     let Op::Slice { start, end, stride } = &graph.nodes[n].op else {
         return None;
     };
@@ -61,5 +62,5 @@ pub fn slice_offset(graph: &Graph, n: NodeId) -> Option<usize> {
         }
     }
     let strides = strides_of(shape);
-    Some(start.iter().zip(&strides).map(|(a, s)| a * s).sum())
+    Some((base, start.iter().zip(&strides).map(|(a, s)| a * s).sum()))
 }

@@ -24,19 +24,9 @@ pub(super) fn into_slot(
     slot: &mut HostBuffer,
     comm: Option<&dyn Communicator>,
 ) -> Result<(), CollectiveError> {
-    debug_assert_eq!((src.dtype, src.len), (slot.dtype(), slot.len()));
     summable(src.dtype)?;
-    let out = Raw::of(slot);
-    // SAFETY: src and the slot are distinct live buffers of the node's
-    // dtype and length (a stored single kernel's output never aliases its
-    // argument); the element width is the dtype's.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            src.ptr::<u8>(),
-            out.ptr::<u8>(),
-            src.len * src.dtype.size_of(),
-        )
-    };
+    // A stored single kernel's output never aliases its argument.
+    copy(src, Raw::of(slot));
     match comm {
         Some(comm) => comm.all_reduce_sum(slot),
         None => Ok(()),
@@ -50,19 +40,24 @@ pub(super) fn into_raw(
     out: Raw,
     comm: Option<&dyn Communicator>,
 ) -> Result<(), CollectiveError> {
-    debug_assert_eq!((src.dtype, src.len), (out.dtype, out.len));
     let mut staged = HostBuffer::zeros(src.dtype, src.len);
     into_slot(src, &mut staged, comm)?;
-    // SAFETY: `out` holds as many elements of the dtype as `staged`, and
-    // the staging buffer is this call's own.
+    copy(Raw::of(&mut staged), out);
+    Ok(())
+}
+
+/// `dst = src`, two distinct live buffers of one dtype and length.
+fn copy(src: Raw, dst: Raw) {
+    debug_assert_eq!((src.dtype, src.len), (dst.dtype, dst.len));
+    // SAFETY: both buffers hold `len` elements of the dtype (its width in
+    // bytes) and do not overlap (the callers' contract).
     unsafe {
         std::ptr::copy_nonoverlapping(
-            Raw::of(&mut staged).ptr::<u8>(),
-            out.ptr::<u8>(),
-            out.len * out.dtype.size_of(),
+            src.ptr::<u8>(),
+            dst.ptr::<u8>(),
+            src.len * src.dtype.size_of(),
         )
     };
-    Ok(())
 }
 
 fn summable(dtype: DType) -> Result<(), CollectiveError> {
