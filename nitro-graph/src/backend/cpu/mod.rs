@@ -19,6 +19,7 @@ mod raw;
 mod reduce;
 mod sgemm;
 mod simd;
+mod transpose;
 
 pub use fused::{uniform, FusedKernel};
 pub use simd::simd_level;
