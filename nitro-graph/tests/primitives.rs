@@ -577,22 +577,38 @@ fn mixed_precision_matmul_accumulates_in_f32_and_differentiates() {
     }
 }
 
-/// A small output over a long contraction (the shape of a weight gradient
-/// summed over a batch) takes the CPU's k-split path; against loops.
+/// Products whose shapes take the CPU's special paths, against loops: a
+/// small output over a long contraction (a weight gradient summed over a
+/// batch: the k-split path) and a transposed right operand with many rows
+/// (transposed once, then multiplied untransposed), on sizes that are not
+/// multiples of the transpose's tiles, in f64 and in f32.
 #[test]
-fn long_contraction_matmul_matches_loops() {
-    let (m, k, n) = (3, 40_000, 5);
-    let (a, b) = (values(m * k, 1), values(k * n, 2));
-    for ta in [false, true] {
+fn special_path_matmuls_match_loops() {
+    let cases = [
+        (3, 40_000, 5, false, false),
+        (3, 40_000, 5, true, false),
+        (70, 37, 45, false, true),
+        (130, 33, 67, true, true),
+    ];
+    for (m, k, n, ta, tb) in cases {
+        let (a, b) = (values(m * k, 1), values(k * n, 2));
         let a_shape = if ta { vec![k, m] } else { vec![m, k] };
+        let b_shape = if tb { vec![n, k] } else { vec![k, n] };
         let at = |i: usize, p: usize| if ta { a[p * m + i] } else { a[i * k + p] };
-        let got = run(&[a_shape, vec![k, n]], &[a.clone(), b.clone()], |_, t| {
-            t[0].matmul_t(&t[1], ta, false)
-        })
-        .to_f64_vec();
+        let bt = |p: usize, j: usize| if tb { b[j * k + p] } else { b[p * n + j] };
         let want: Vec<f64> = (0..m * n)
-            .map(|e| (0..k).map(|p| at(e / n, p) * b[p * n + e % n]).sum())
+            .map(|e| (0..k).map(|p| at(e / n, p) * bt(p, e % n)).sum())
             .collect();
-        assert_close(&got, &want, 1e-12);
+        let shapes = [a_shape, b_shape];
+        let got = run(&shapes, &[a.clone(), b.clone()], |_, t| {
+            t[0].matmul_t(&t[1], ta, tb)
+        });
+        assert_close(&got.to_f64_vec(), &want, 1e-12);
+        let f32_got = run(&shapes, &[a.clone(), b.clone()], |_, t| {
+            t[0].cast(DType::F32)
+                .matmul_t(&t[1].cast(DType::F32), ta, tb)
+                .cast(DType::F64)
+        });
+        assert_close(&f32_got.to_f64_vec(), &want, 1e-4);
     }
 }
