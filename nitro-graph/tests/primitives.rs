@@ -579,9 +579,9 @@ fn mixed_precision_matmul_accumulates_in_f32_and_differentiates() {
 
 /// Products whose shapes take the CPU's special paths, against loops: a
 /// small output over a long contraction (a weight gradient summed over a
-/// batch: the k-split path) and a transposed right operand with many rows
-/// (transposed once, then multiplied untransposed), on sizes that are not
-/// multiples of the transpose's tiles, in f64 and in f32.
+/// batch: the k-split path), a transposed right operand with many rows
+/// (transposed once, then multiplied untransposed) and a narrow output
+/// (split by rows), on sizes off the tiles, in f64 and in f32.
 #[test]
 fn special_path_matmuls_match_loops() {
     let cases = [
@@ -589,6 +589,8 @@ fn special_path_matmuls_match_loops() {
         (3, 40_000, 5, true, false),
         (70, 37, 45, false, true),
         (130, 33, 67, true, true),
+        (333, 100, 10, false, false),
+        (333, 100, 10, true, true),
     ];
     for (m, k, n, ta, tb) in cases {
         let (a, b) = (values(m * k, 1), values(k * n, 2));
