@@ -1,68 +1,16 @@
-//! One chunk of a fused kernel: the register file ([`Reg`]), the register
-//! instructions ([`Instr`]) and their loops. Every loop here is
+//! One chunk of a fused kernel: the register instructions ([`Instr`]) and
+//! their loops over the register file (`regs`). Every loop here is
 //! `#[inline(always)]`, so it is compiled again inside each `#[target_feature]`
 //! entry point of [`super::FusedKernel`] and vectorises at the width the CPU
 //! offers (the crate itself is built for the architecture's baseline).
 
-use super::CHUNK;
+use super::regs::{operand, put_back, take, Reg, Val, View};
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::Access;
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 use crate::semantics as sem;
 use crate::{each_compare, each_float_binary, each_float_unary, each_int_binary, each_int_unary};
 use nitro_device::{bf16, f16, DType};
-
-/// Register classes: storage types compute in their wider class.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Class {
-    F32,
-    F64,
-    I32,
-    I64,
-    Bool,
-}
-
-pub(super) fn class_of(d: DType) -> Class {
-    match d {
-        DType::F32 | DType::F16 | DType::BF16 => Class::F32,
-        DType::F64 => Class::F64,
-        DType::I32 | DType::U8 => Class::I32,
-        DType::I64 => Class::I64,
-        DType::Bool => Class::Bool,
-    }
-}
-
-/// A chunk-sized register.
-pub(super) enum Reg {
-    F32(Vec<f32>),
-    F64(Vec<f64>),
-    I32(Vec<i32>),
-    I64(Vec<i64>),
-    Bool(Vec<bool>),
-}
-
-impl Reg {
-    /// The class this register holds.
-    pub(super) fn class(&self) -> Class {
-        match self {
-            Reg::F32(_) => Class::F32,
-            Reg::F64(_) => Class::F64,
-            Reg::I32(_) => Class::I32,
-            Reg::I64(_) => Class::I64,
-            Reg::Bool(_) => Class::Bool,
-        }
-    }
-
-    pub(super) fn new(c: Class) -> Reg {
-        match c {
-            Class::F32 => Reg::F32(vec![0.0; CHUNK]),
-            Class::F64 => Reg::F64(vec![0.0; CHUNK]),
-            Class::I32 => Reg::I32(vec![0; CHUNK]),
-            Class::I64 => Reg::I64(vec![0; CHUNK]),
-            Class::Bool => Reg::Bool(vec![false; CHUNK]),
-        }
-    }
-}
 
 /// One register instruction over a chunk.
 #[derive(Clone, Debug)]
@@ -116,35 +64,24 @@ pub(super) enum Instr {
     },
 }
 
-/// Two distinct registers: `dst` mutably and `a` shared.
+/// What one instruction reads besides its own fields: the kernel's inputs,
+/// and which registers view one of them in place (`None`: the register's
+/// own values).
+#[derive(Clone, Copy)]
+pub(super) struct Reads<'a> {
+    pub inputs: &'a [Raw],
+    pub views: &'a [Option<View>],
+}
+
 #[inline(always)]
-fn pair(regs: &mut [Reg], dst: usize, a: usize) -> (&mut Reg, &Reg) {
-    debug_assert_ne!(dst, a);
-    if dst < a {
-        let (lo, hi) = regs.split_at_mut(a);
-        (&mut lo[dst], &hi[0])
-    } else {
-        let (lo, hi) = regs.split_at_mut(dst);
-        (&mut hi[0], &lo[a])
+pub(super) fn exec(instr: &Instr, regs: &mut [Reg], reads: Reads<'_>, at: usize, len: usize) {
+    let Reads { inputs, views } = reads;
+    // Operand `r` of this chunk (`regs` minus the destination taken out).
+    macro_rules! arg {
+        ($regs:expr, $r:expr) => {
+            operand($regs, views, inputs, *$r, at, len)
+        };
     }
-}
-
-/// Take register `dst` out of the file to write it while reading others
-/// (put it back with [`put_back`]). No closure: a closure would be a
-/// function of its own, compiled for the baseline instead of inside the
-/// caller's `#[target_feature]` build.
-#[inline(always)]
-fn take(regs: &mut [Reg], dst: usize) -> Reg {
-    std::mem::replace(&mut regs[dst], Reg::Bool(Vec::new()))
-}
-
-#[inline(always)]
-fn put_back(regs: &mut [Reg], dst: usize, d: Reg) {
-    regs[dst] = d;
-}
-
-#[inline(always)]
-pub(super) fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, len: usize) {
     match instr {
         Instr::Load { dst, input, access } => {
             load(&mut regs[*dst], inputs[*input], access, at, len)
@@ -176,7 +113,7 @@ pub(super) fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, l
             }
         }
         Instr::Random { dst, key, salt } => {
-            let Reg::I32(k) = &regs[*key] else {
+            let Val::I32(k) = arg!(regs, key) else {
                 unreachable!("i32 key")
             };
             let key = k[0];
@@ -193,27 +130,29 @@ pub(super) fn exec(instr: &Instr, regs: &mut [Reg], inputs: &[Raw], at: usize, l
             }
         }
         Instr::Unary { dst, op, a } => {
-            let (d, a) = pair(regs, *dst, *a);
-            unary(*op, d, a, len)
+            let mut d = take(regs, *dst);
+            unary(*op, &mut d, arg!(regs, a), len);
+            put_back(regs, *dst, d);
         }
         Instr::Binary { dst, op, a, b } => {
             let mut d = take(regs, *dst);
-            binary(*op, &mut d, &regs[*a], &regs[*b], len);
+            binary(*op, &mut d, arg!(regs, a), arg!(regs, b), len);
             put_back(regs, *dst, d);
         }
         Instr::Compare { dst, op, a, b } => {
             let mut d = take(regs, *dst);
-            compare(*op, &mut d, &regs[*a], &regs[*b], len);
+            compare(*op, &mut d, arg!(regs, a), arg!(regs, b), len);
             put_back(regs, *dst, d);
         }
         Instr::Select { dst, c, a, b } => {
             let mut d = take(regs, *dst);
-            select(&mut d, &regs[*c], &regs[*a], &regs[*b], len);
+            select(&mut d, arg!(regs, c), arg!(regs, a), arg!(regs, b), len);
             put_back(regs, *dst, d);
         }
         Instr::Cast { dst, a, to } => {
-            let (d, a) = pair(regs, *dst, *a);
-            cast(d, a, *to, len)
+            let mut d = take(regs, *dst);
+            cast(&mut d, arg!(regs, a), *to, len);
+            put_back(regs, *dst, d);
         }
     }
 }
@@ -383,7 +322,7 @@ fn load(d: &mut Reg, src: Raw, access: &Access, at: usize, len: usize) {
 }
 
 #[inline(always)]
-pub(super) fn store(r: &Reg, out: Raw, at: usize, len: usize) {
+pub(super) fn store(r: Val<'_>, out: Raw, at: usize, len: usize) {
     // SAFETY: each task writes a disjoint range [at, at+len) of `out`.
     unsafe {
         macro_rules! put {
@@ -395,14 +334,14 @@ pub(super) fn store(r: &Reg, out: Raw, at: usize, len: usize) {
             }};
         }
         match (r, out.dtype) {
-            (Reg::F32(s), DType::F32) => put!(f32, s, |x: f32| x),
-            (Reg::F32(s), DType::F16) => put!(f16, s, f16::from_f32),
-            (Reg::F32(s), DType::BF16) => put!(bf16, s, bf16::from_f32),
-            (Reg::F64(s), DType::F64) => put!(f64, s, |x: f64| x),
-            (Reg::I32(s), DType::I32) => put!(i32, s, |x: i32| x),
-            (Reg::I32(s), DType::U8) => put!(u8, s, |x: i32| x as u8),
-            (Reg::I64(s), DType::I64) => put!(i64, s, |x: i64| x),
-            (Reg::Bool(s), DType::Bool) => put!(bool, s, |x: bool| x),
+            (Val::F32(s), DType::F32) => put!(f32, s, |x: f32| x),
+            (Val::F32(s), DType::F16) => put!(f16, s, f16::from_f32),
+            (Val::F32(s), DType::BF16) => put!(bf16, s, bf16::from_f32),
+            (Val::F64(s), DType::F64) => put!(f64, s, |x: f64| x),
+            (Val::I32(s), DType::I32) => put!(i32, s, |x: i32| x),
+            (Val::I32(s), DType::U8) => put!(u8, s, |x: i32| x as u8),
+            (Val::I64(s), DType::I64) => put!(i64, s, |x: i64| x),
+            (Val::Bool(s), DType::Bool) => put!(bool, s, |x: bool| x),
             (_, dt) => unreachable!("register class mismatch storing {dt}"),
         }
     }
@@ -425,16 +364,16 @@ macro_rules! map1 {
 // register: `ir::infer` refuses it through the same table.
 
 #[inline(always)]
-fn unary(op: UnaryOp, d: &mut Reg, a: &Reg, len: usize) {
+fn unary(op: UnaryOp, d: &mut Reg, a: Val<'_>, len: usize) {
     match (d, a) {
-        (Reg::F32(d), Reg::F32(a)) => {
+        (Reg::F32(d), Val::F32(a)) => {
             each_float_unary!(op, OP => map1!(d[..len], &a[..len], |x| sem::float_unary(OP, x)))
         }
-        (Reg::F64(d), Reg::F64(a)) => {
+        (Reg::F64(d), Val::F64(a)) => {
             each_float_unary!(op, OP => map1!(d[..len], &a[..len], |x| sem::float_unary(OP, x)))
         }
-        (Reg::I32(d), Reg::I32(a)) => int_unary(op, &mut d[..len], &a[..len]),
-        (Reg::I64(d), Reg::I64(a)) => int_unary(op, &mut d[..len], &a[..len]),
+        (Reg::I32(d), Val::I32(a)) => int_unary(op, &mut d[..len], &a[..len]),
+        (Reg::I64(d), Val::I64(a)) => int_unary(op, &mut d[..len], &a[..len]),
         _ => unreachable!("unary on mismatched registers"),
     }
 }
@@ -456,16 +395,16 @@ macro_rules! zip2 {
 }
 
 #[inline(always)]
-fn binary(op: BinaryOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
+fn binary(op: BinaryOp, d: &mut Reg, a: Val<'_>, b: Val<'_>, len: usize) {
     match (d, a, b) {
-        (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => {
+        (Reg::F32(d), Val::F32(a), Val::F32(b)) => {
             each_float_binary!(op, OP => zip2!(d, a, b, len, |x, y| sem::float_binary(OP, x, y)))
         }
-        (Reg::F64(d), Reg::F64(a), Reg::F64(b)) => {
+        (Reg::F64(d), Val::F64(a), Val::F64(b)) => {
             each_float_binary!(op, OP => zip2!(d, a, b, len, |x, y| sem::float_binary(OP, x, y)))
         }
-        (Reg::I32(d), Reg::I32(a), Reg::I32(b)) => int_binary(op, d, a, b, len),
-        (Reg::I64(d), Reg::I64(a), Reg::I64(b)) => int_binary(op, d, a, b, len),
+        (Reg::I32(d), Val::I32(a), Val::I32(b)) => int_binary(op, d, a, b, len),
+        (Reg::I64(d), Val::I64(a), Val::I64(b)) => int_binary(op, d, a, b, len),
         _ => unreachable!("binary on mismatched registers"),
     }
 }
@@ -479,16 +418,16 @@ fn int_binary<T: sem::IntElem>(op: BinaryOp, d: &mut [T], a: &[T], b: &[T], len:
 }
 
 #[inline(always)]
-fn compare(op: CmpOp, d: &mut Reg, a: &Reg, b: &Reg, len: usize) {
+fn compare(op: CmpOp, d: &mut Reg, a: Val<'_>, b: Val<'_>, len: usize) {
     let Reg::Bool(d) = d else {
         unreachable!("compare writes bool")
     };
     match (a, b) {
-        (Reg::F32(a), Reg::F32(b)) => cmp_into(op, d, a, b, len),
-        (Reg::F64(a), Reg::F64(b)) => cmp_into(op, d, a, b, len),
-        (Reg::I32(a), Reg::I32(b)) => cmp_into(op, d, a, b, len),
-        (Reg::I64(a), Reg::I64(b)) => cmp_into(op, d, a, b, len),
-        (Reg::Bool(a), Reg::Bool(b)) => cmp_into(op, d, a, b, len),
+        (Val::F32(a), Val::F32(b)) => cmp_into(op, d, a, b, len),
+        (Val::F64(a), Val::F64(b)) => cmp_into(op, d, a, b, len),
+        (Val::I32(a), Val::I32(b)) => cmp_into(op, d, a, b, len),
+        (Val::I64(a), Val::I64(b)) => cmp_into(op, d, a, b, len),
+        (Val::Bool(a), Val::Bool(b)) => cmp_into(op, d, a, b, len),
         _ => unreachable!("compare on mismatched registers"),
     }
 }
@@ -499,8 +438,8 @@ fn cmp_into<T: PartialOrd + Copy>(op: CmpOp, d: &mut [bool], a: &[T], b: &[T], l
 }
 
 #[inline(always)]
-fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
-    let Reg::Bool(c) = c else {
+fn select(d: &mut Reg, c: Val<'_>, a: Val<'_>, b: Val<'_>, len: usize) {
+    let Val::Bool(c) = c else {
         unreachable!("bool condition")
     };
     // Branch-free: blend the bit patterns under an all-ones/all-zeros mask,
@@ -519,11 +458,11 @@ fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
         };
     }
     match (d, a, b) {
-        (Reg::F32(d), Reg::F32(a), Reg::F32(b)) => sel!(d, a, b, u32, f32::to_bits, f32::from_bits),
-        (Reg::F64(d), Reg::F64(a), Reg::F64(b)) => sel!(d, a, b, u64, f64::to_bits, f64::from_bits),
-        (Reg::I32(d), Reg::I32(a), Reg::I32(b)) => sel!(d, a, b, i32, |v| v, |v| v),
-        (Reg::I64(d), Reg::I64(a), Reg::I64(b)) => sel!(d, a, b, i64, |v| v, |v| v),
-        (Reg::Bool(d), Reg::Bool(a), Reg::Bool(b)) => {
+        (Reg::F32(d), Val::F32(a), Val::F32(b)) => sel!(d, a, b, u32, f32::to_bits, f32::from_bits),
+        (Reg::F64(d), Val::F64(a), Val::F64(b)) => sel!(d, a, b, u64, f64::to_bits, f64::from_bits),
+        (Reg::I32(d), Val::I32(a), Val::I32(b)) => sel!(d, a, b, i32, |v| v, |v| v),
+        (Reg::I64(d), Val::I64(a), Val::I64(b)) => sel!(d, a, b, i64, |v| v, |v| v),
+        (Reg::Bool(d), Val::Bool(a), Val::Bool(b)) => {
             for (((o, &c), &x), &y) in d[..len]
                 .iter_mut()
                 .zip(&c[..len])
@@ -538,7 +477,7 @@ fn select(d: &mut Reg, c: &Reg, a: &Reg, b: &Reg, len: usize) {
 }
 
 #[inline(always)]
-fn cast(d: &mut Reg, a: &Reg, to: DType, len: usize) {
+fn cast(d: &mut Reg, a: Val<'_>, to: DType, len: usize) {
     macro_rules! conv {
         ($d:expr, $a:expr, $f:expr) => {
             for (x, &y) in $d[..len].iter_mut().zip(&$a[..len]) {
@@ -547,54 +486,54 @@ fn cast(d: &mut Reg, a: &Reg, to: DType, len: usize) {
         };
     }
     match (d, a) {
-        (Reg::F32(d), Reg::F32(a)) => match to {
+        (Reg::F32(d), Val::F32(a)) => match to {
             DType::F16 => conv!(d, a, |x: f32| f16::from_f32(x).to_f32()),
             DType::BF16 => conv!(d, a, |x: f32| bf16::from_f32(x).to_f32()),
             _ => conv!(d, a, |x: f32| x),
         },
-        (Reg::F32(d), Reg::F64(a)) => match to {
+        (Reg::F32(d), Val::F64(a)) => match to {
             DType::F16 => conv!(d, a, |x: f64| f16::from_f64(x).to_f32()),
             DType::BF16 => conv!(d, a, |x: f64| bf16::from_f64(x).to_f32()),
             _ => conv!(d, a, |x: f64| x as f32),
         },
-        (Reg::F32(d), Reg::I32(a)) => conv!(d, a, |x: i32| x as f32),
-        (Reg::F32(d), Reg::I64(a)) => conv!(d, a, |x: i64| x as f32),
-        (Reg::F32(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x as u8 as f32),
-        (Reg::F64(d), Reg::F32(a)) => conv!(d, a, |x: f32| x as f64),
-        (Reg::F64(d), Reg::F64(a)) => conv!(d, a, |x: f64| x),
-        (Reg::F64(d), Reg::I32(a)) => conv!(d, a, |x: i32| x as f64),
-        (Reg::F64(d), Reg::I64(a)) => conv!(d, a, |x: i64| x as f64),
-        (Reg::F64(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x as u8 as f64),
-        (Reg::I32(d), Reg::F32(a)) => conv!(d, a, |x: f32| if to == DType::U8 {
+        (Reg::F32(d), Val::I32(a)) => conv!(d, a, |x: i32| x as f32),
+        (Reg::F32(d), Val::I64(a)) => conv!(d, a, |x: i64| x as f32),
+        (Reg::F32(d), Val::Bool(a)) => conv!(d, a, |x: bool| x as u8 as f32),
+        (Reg::F64(d), Val::F32(a)) => conv!(d, a, |x: f32| x as f64),
+        (Reg::F64(d), Val::F64(a)) => conv!(d, a, |x: f64| x),
+        (Reg::F64(d), Val::I32(a)) => conv!(d, a, |x: i32| x as f64),
+        (Reg::F64(d), Val::I64(a)) => conv!(d, a, |x: i64| x as f64),
+        (Reg::F64(d), Val::Bool(a)) => conv!(d, a, |x: bool| x as u8 as f64),
+        (Reg::I32(d), Val::F32(a)) => conv!(d, a, |x: f32| if to == DType::U8 {
             x as u8 as i32
         } else {
             x as i32
         }),
-        (Reg::I32(d), Reg::F64(a)) => conv!(d, a, |x: f64| if to == DType::U8 {
+        (Reg::I32(d), Val::F64(a)) => conv!(d, a, |x: f64| if to == DType::U8 {
             x as u8 as i32
         } else {
             x as i32
         }),
-        (Reg::I32(d), Reg::I32(a)) => conv!(d, a, |x: i32| if to == DType::U8 {
+        (Reg::I32(d), Val::I32(a)) => conv!(d, a, |x: i32| if to == DType::U8 {
             x as u8 as i32
         } else {
             x
         }),
-        (Reg::I32(d), Reg::I64(a)) => conv!(d, a, |x: i64| if to == DType::U8 {
+        (Reg::I32(d), Val::I64(a)) => conv!(d, a, |x: i64| if to == DType::U8 {
             x as u8 as i32
         } else {
             x as i32
         }),
-        (Reg::I32(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x as i32),
-        (Reg::I64(d), Reg::F32(a)) => conv!(d, a, |x: f32| x as i64),
-        (Reg::I64(d), Reg::F64(a)) => conv!(d, a, |x: f64| x as i64),
-        (Reg::I64(d), Reg::I32(a)) => conv!(d, a, |x: i32| x as i64),
-        (Reg::I64(d), Reg::I64(a)) => conv!(d, a, |x: i64| x),
-        (Reg::I64(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x as i64),
-        (Reg::Bool(d), Reg::F32(a)) => conv!(d, a, |x: f32| x != 0.0),
-        (Reg::Bool(d), Reg::F64(a)) => conv!(d, a, |x: f64| x != 0.0),
-        (Reg::Bool(d), Reg::I32(a)) => conv!(d, a, |x: i32| x != 0),
-        (Reg::Bool(d), Reg::I64(a)) => conv!(d, a, |x: i64| x != 0),
-        (Reg::Bool(d), Reg::Bool(a)) => conv!(d, a, |x: bool| x),
+        (Reg::I32(d), Val::Bool(a)) => conv!(d, a, |x: bool| x as i32),
+        (Reg::I64(d), Val::F32(a)) => conv!(d, a, |x: f32| x as i64),
+        (Reg::I64(d), Val::F64(a)) => conv!(d, a, |x: f64| x as i64),
+        (Reg::I64(d), Val::I32(a)) => conv!(d, a, |x: i32| x as i64),
+        (Reg::I64(d), Val::I64(a)) => conv!(d, a, |x: i64| x),
+        (Reg::I64(d), Val::Bool(a)) => conv!(d, a, |x: bool| x as i64),
+        (Reg::Bool(d), Val::F32(a)) => conv!(d, a, |x: f32| x != 0.0),
+        (Reg::Bool(d), Val::F64(a)) => conv!(d, a, |x: f64| x != 0.0),
+        (Reg::Bool(d), Val::I32(a)) => conv!(d, a, |x: i32| x != 0),
+        (Reg::Bool(d), Val::I64(a)) => conv!(d, a, |x: i64| x != 0),
+        (Reg::Bool(d), Val::Bool(a)) => conv!(d, a, |x: bool| x),
     }
 }

@@ -18,6 +18,7 @@
 //! (1 thread, callgrind), ~19 with it.
 
 mod chunk;
+mod regs;
 
 pub use chunk::uniform;
 
@@ -25,9 +26,10 @@ use super::raw::Raw;
 use super::reduce::{self, Reduction};
 use crate::fusion::{Access, FusedGroup, RowLayout, Source};
 use crate::ir::{Graph, NodeId, Op};
-use chunk::{class_of, exec, store, Class, Instr, Reg};
+use chunk::{exec, store, Instr, Reads};
 use nitro_device::{DType, HostBuffer};
 use rayon::prelude::*;
+use regs::{class_of, operand, viewable, Class, Reg, View};
 use std::cell::RefCell;
 use std::collections::HashMap;
 
@@ -45,6 +47,9 @@ pub struct FusedKernel {
     /// Nodes it writes, in output order: stored members, then tails.
     pub outputs: Vec<NodeId>,
     classes: Vec<Class>,
+    /// Per register: the input it reads in place, if it is a view (a
+    /// contiguous load in the input's own dtype needs no copy).
+    views: Vec<Option<View>>,
     /// Constants and scalar loads (run once per task), then per-chunk loads,
     /// then computations.
     instrs: Vec<Instr>,
@@ -75,6 +80,7 @@ impl FusedKernel {
             inputs: vec![],
             outputs: group.stores.clone(),
             classes: vec![],
+            views: vec![],
             instrs: vec![],
             constants: 0,
             stores: vec![],
@@ -86,6 +92,7 @@ impl FusedKernel {
         let mut reg_of: HashMap<NodeId, usize> = HashMap::new();
         let mut source_reg: HashMap<String, usize> = HashMap::new();
         let mut loads = vec![];
+        let mut views = vec![];
         let mut fills = vec![];
         let mut compute = vec![];
         let new_reg = |classes: &mut Vec<Class>, c: Class| {
@@ -122,7 +129,19 @@ impl FusedKernel {
                                 k.inputs.len() - 1
                             }
                         };
-                        let r = new_reg(&mut k.classes, class_of(graph.nodes[*node].spec.dtype));
+                        let dtype = graph.nodes[*node].spec.dtype;
+                        let r = new_reg(&mut k.classes, class_of(dtype));
+                        if matches!(access, Access::Contiguous | Access::Offset(_))
+                            && viewable(dtype)
+                        {
+                            // Read where it lies: a copy into a register
+                            // was a pass over the chunk per input (~a fifth
+                            // of an Adam update's passes).
+                            let start = access.start();
+                            views.push((r, View { input, start }));
+                            source_reg.insert(key, r);
+                            continue;
+                        }
                         // A scalar never changes between chunks: load it once per task.
                         let list = if *access == Access::Scalar {
                             &mut fills
@@ -197,6 +216,10 @@ impl FusedKernel {
             };
             compute.push(instr);
             reg_of.insert(m, dst);
+        }
+        k.views = vec![None; k.classes.len()];
+        for (r, v) in views {
+            k.views[r] = Some(v);
         }
         k.constants = fills.len();
         k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
@@ -344,20 +367,23 @@ impl FusedKernel {
             start,
             end,
         } = span;
+        let views = &self.views;
+        let reads = Reads { inputs, views };
         for instr in &self.instrs[..self.constants] {
-            exec(instr, regs, inputs, 0, CHUNK);
+            exec(instr, regs, reads, 0, CHUNK);
         }
         let mut at = start;
         while at < end {
             let len = CHUNK.min(end - at);
             for instr in &self.instrs[self.constants..] {
-                exec(instr, regs, inputs, at, len);
+                exec(instr, regs, reads, at, len);
             }
             for (&r, out) in self.stores.iter().zip(outputs) {
-                store(&regs[r], *out, at, len);
+                store(operand(regs, views, inputs, r, at, len), *out, at, len);
             }
             for (tail, out) in self.tails.iter().zip(scratch) {
-                store(&regs[tail.reg], *out, at - start, len);
+                let r = operand(regs, views, inputs, tail.reg, at, len);
+                store(r, *out, at - start, len);
             }
             at += len;
         }

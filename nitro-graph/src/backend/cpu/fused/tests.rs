@@ -3,7 +3,7 @@
 //! does: every op, on values that include ±0, NaN, ±inf and chunk
 //! remainders, compared bit for bit.
 
-use super::chunk::Reg;
+use super::regs::Reg;
 use super::{FusedKernel, Span};
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::{schedule, Kernel, Rules};
