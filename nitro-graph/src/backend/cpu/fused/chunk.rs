@@ -45,6 +45,17 @@ pub(super) enum Instr {
         a: usize,
         b: usize,
     },
+    /// Two binary ops in one pass: `outer(inner(a, b), c)`, or
+    /// `outer(c, inner(a, b))` with `swap` (see `pairs`).
+    Pair {
+        dst: usize,
+        inner: BinaryOp,
+        outer: BinaryOp,
+        a: usize,
+        b: usize,
+        c: usize,
+        swap: bool,
+    },
     Compare {
         dst: usize,
         op: CmpOp,
@@ -137,6 +148,20 @@ pub(super) fn exec(instr: &Instr, regs: &mut [Reg], reads: Reads<'_>, at: usize,
         Instr::Binary { dst, op, a, b } => {
             let mut d = take(regs, *dst);
             binary(*op, &mut d, arg!(regs, a), arg!(regs, b), len);
+            put_back(regs, *dst, d);
+        }
+        Instr::Pair {
+            dst,
+            inner,
+            outer,
+            a,
+            b,
+            c,
+            swap,
+        } => {
+            let mut d = take(regs, *dst);
+            let (a, b, c) = (arg!(regs, a), arg!(regs, b), arg!(regs, c));
+            super::pairs::pair(*inner, *outer, *swap, &mut d, [a, b, c], len);
             put_back(regs, *dst, d);
         }
         Instr::Compare { dst, op, a, b } => {

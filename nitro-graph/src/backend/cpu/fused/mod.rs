@@ -2,7 +2,9 @@
 //! short list of register instructions, evaluated over chunks of
 //! [`CHUNK`] elements. Each instruction is a tight loop over one chunk
 //! (vectorisable by the compiler), and the chunk's temporaries stay in L1:
-//! the group never writes an intermediate to memory. Large groups split
+//! the group never writes an intermediate to memory. Contiguous inputs are
+//! read where they lie (`regs::View`), and a binary op on the single-use
+//! result of another runs with it in one pass (`pairs`). Large groups split
 //! their index range over rayon tasks.
 //!
 //! A group with reduction tails (`fusion::Tail`) runs by blocks of whole
@@ -18,6 +20,7 @@
 //! (1 thread, callgrind), ~19 with it.
 
 mod chunk;
+mod pairs;
 mod regs;
 
 pub use chunk::uniform;
@@ -221,8 +224,6 @@ impl FusedKernel {
         for (r, v) in views {
             k.views[r] = Some(v);
         }
-        k.constants = fills.len();
-        k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
         k.stores = group.stores.iter().map(|s| reg_of[s]).collect();
         for t in &group.tails {
             k.outputs.push(t.node);
@@ -237,6 +238,15 @@ impl FusedKernel {
                 dtype: graph.nodes[t.input].spec.dtype,
             });
         }
+        let kept: Vec<usize> = k
+            .stores
+            .iter()
+            .chain(k.tails.iter().map(|t| &t.reg))
+            .copied()
+            .collect();
+        let compute = pairs::fuse_pairs(compute, &k.classes, &kept);
+        k.constants = fills.len();
+        k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
         k
     }
 

@@ -196,3 +196,118 @@ fn a_broadcast_last_axis_repeats_each_source_element() {
         assert!(wide[0] == want, "rep {rep}: wide build");
     }
 }
+
+#[test]
+fn paired_ops_round_after_each_op_on_either_side() {
+    use super::chunk::Instr;
+    // Every inner op under every outer op, the inner result on the left and
+    // on the right, against plain arithmetic written here (IEEE ops round
+    // to the type after each op; no fused multiply-add).
+    type F = fn(f64, f64) -> f64;
+    let inner: [(&str, F); 4] = [
+        ("add", |a, b| a + b),
+        ("sub", |a, b| a - b),
+        ("mul", |a, b| a * b),
+        ("div", |a, b| a / b),
+    ];
+    let outer = ["add", "sub", "mul"];
+    let apply = |op: &str, a: &Tensor, b: &Tensor| match op {
+        "add" => a + b,
+        "sub" => a - b,
+        "mul" => a * b,
+        _ => a / b,
+    };
+    // Operand order per (outer, side): the inner nodes must differ (or CSE
+    // merges them into one value with several uses, which never pairs).
+    const ORDER: [[usize; 3]; 6] = [
+        [0, 1, 2],
+        [1, 0, 2],
+        [0, 2, 1],
+        [2, 0, 1],
+        [1, 2, 0],
+        [2, 1, 0],
+    ];
+    for d in [DType::F32, DType::F64] {
+        let specs = [
+            ("x", TensorSpec::new(d, &[1000])),
+            ("y", TensorSpec::new(d, &[1000])),
+            ("z", TensorSpec::new(d, &[1000])),
+        ];
+        let graph = trace(&specs, |_, t| {
+            let mut out = vec![];
+            for (i, _) in &inner {
+                for (oi, o) in outer.iter().enumerate() {
+                    let [a, b, c] = ORDER[2 * oi];
+                    let p = apply(i, &t[a], &t[b]);
+                    out.push((format!("{i}{o}l"), apply(o, &p, &t[c])));
+                    let [a, b, c] = ORDER[2 * oi + 1];
+                    let p = apply(i, &t[a], &t[b]);
+                    out.push((format!("{i}{o}r"), apply(o, &t[c], &p)));
+                }
+            }
+            Ok(out)
+        })
+        .expect("traces");
+        let vals = [values(1, false), values(2, false), values(3, false)];
+        let mut inputs = vals.clone().map(|v| buffer(d, &v));
+        let pairs: usize = schedule(&graph, Rules::default())
+            .kernels
+            .iter()
+            .filter_map(|k| match k {
+                Kernel::Fused(g) => Some(FusedKernel::new(&graph, g)),
+                _ => None,
+            })
+            .map(|k| {
+                k.instrs
+                    .iter()
+                    .filter(|i| matches!(i, Instr::Pair { .. }))
+                    .count()
+            })
+            .sum();
+        assert_eq!(pairs, 24, "{d}: every outer op takes its inner op");
+        let (base, wide) = both_builds(&graph, &mut inputs);
+        let round = |v: f64| if d == DType::F32 { v as f32 as f64 } else { v };
+        let mut n = 0;
+        for (_, f) in &inner {
+            for (oi, o) in outer.iter().enumerate() {
+                let g: F = match *o {
+                    "add" => |a, b| a + b,
+                    "sub" => |a, b| a - b,
+                    _ => |a, b| a * b,
+                };
+                for right in [false, true] {
+                    let [a, b, c] = ORDER[2 * oi + right as usize];
+                    let want: Vec<u8> = (0..1000)
+                        .flat_map(|e| {
+                            let v = |k: usize| round(vals[k][e]);
+                            let (xe, ye, ze) = (v(a), v(b), v(c));
+                            let p = round(f(xe, ye));
+                            let v = round(if right { g(ze, p) } else { g(p, ze) });
+                            match d {
+                                DType::F32 => (v as f32).to_le_bytes().to_vec(),
+                                _ => v.to_le_bytes().to_vec(),
+                            }
+                        })
+                        .collect();
+                    let same = |got: &[u8]| {
+                        // NaN payloads may differ; every other value exactly.
+                        got.chunks(d.size_of())
+                            .zip(want.chunks(d.size_of()))
+                            .all(|(a, b)| {
+                                let nan = |c: &[u8]| match d {
+                                    DType::F32 => {
+                                        f32::from_le_bytes(c.try_into().unwrap()).is_nan()
+                                    }
+                                    _ => f64::from_le_bytes(c.try_into().unwrap()).is_nan(),
+                                };
+                                a == b || (nan(a) && nan(b))
+                            })
+                    };
+                    assert!(same(&base[n]), "{d}: output {n} (baseline)");
+                    assert!(same(&wide[n]), "{d}: output {n} (wide)");
+                    n += 1;
+                }
+            }
+        }
+    }
+}
