@@ -172,25 +172,13 @@ pub fn matmul_then(
                     unsafe {
                         let ap = a.ptr::<$t>().offset(p0 as isize * a_cs);
                         let bp = b.ptr::<$t>().offset(p0 as isize * b_rs);
-                        gemm::gemm(
+                        product(
                             m,
                             n,
                             p1 - p0,
                             dst.ptr::<$t>(),
-                            1,
-                            n as isize,
-                            false,
-                            ap,
-                            a_cs,
-                            a_rs,
-                            bp,
-                            b_cs,
-                            b_rs,
-                            $zero,
-                            $one,
-                            false,
-                            false,
-                            false,
+                            (ap, a_cs, a_rs),
+                            (bp, b_cs, b_rs),
                             gemm::Parallelism::None,
                         );
                     }
@@ -214,25 +202,13 @@ pub fn matmul_then(
                     unsafe {
                         let ap = a.ptr::<$t>().offset(r0 as isize * a_rs);
                         let op = out.ptr::<$t>().add(r0 * n);
-                        gemm::gemm(
+                        product(
                             r1 - r0,
                             n,
                             k,
                             op,
-                            1,
-                            n as isize,
-                            false,
-                            ap,
-                            a_cs,
-                            a_rs,
-                            b.ptr::<$t>(),
-                            b_cs,
-                            b_rs,
-                            $zero,
-                            $one,
-                            false,
-                            false,
-                            false,
+                            (ap, a_cs, a_rs),
+                            (b.ptr::<$t>(), b_cs, b_rs),
                             gemm::Parallelism::None,
                         );
                     }
@@ -247,25 +223,13 @@ pub fn matmul_then(
                     // SAFETY: as for `one` below, with op(b) = `bt`, [k, n]
                     // row-major (rs = n, cs = 1), a buffer of this thread's.
                     unsafe {
-                        gemm::gemm(
+                        product(
                             m,
                             n,
                             k,
                             out.ptr::<$t>(),
-                            1,
-                            n as isize,
-                            false,
-                            a.ptr::<$t>(),
-                            a_cs,
-                            a_rs,
-                            bt.as_ptr(),
-                            1,
-                            n as isize,
-                            $zero,
-                            $one,
-                            false,
-                            false,
-                            false,
+                            (a.ptr::<$t>(), a_cs, a_rs),
+                            (bt.as_ptr(), 1, n as isize),
                             par,
                         );
                     }
@@ -290,10 +254,7 @@ pub fn matmul_then(
                         sgemm::sgemm(m, n, k, a, b, op as *mut f32, n, parallel, None);
                         return;
                     }
-                    gemm::gemm(
-                        m, n, k, op, 1, n as isize, false, ap, a_cs, a_rs, bp, b_cs, b_rs, $zero,
-                        $one, false, false, false, par,
-                    );
+                    product(m, n, k, op, (ap, a_cs, a_rs), (bp, b_cs, b_rs), par);
                 }
             };
             if over_batch {
@@ -309,6 +270,64 @@ pub fn matmul_then(
         other => unreachable!("matmul on {other} is refused at trace time"),
     }
     false
+}
+
+/// `dst[m, n] = op(a)[m, k] · op(b)[k, n]` by `gemm` (overwritten, row
+/// stride `n`); an operand is (pointer, column stride, row stride).
+///
+/// # Safety
+/// `a` and `b` address m*k and k*n elements under their strides; `dst`
+/// holds m*n and overlaps neither.
+unsafe fn product<T: 'static + GemmScalar>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    a: (*const T, isize, isize),
+    b: (*const T, isize, isize),
+    par: gemm::Parallelism,
+) {
+    // SAFETY: the caller upholds the contract above; alpha 0 with
+    // read_dst false overwrites, beta 1 scales the product by one.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            n as isize,
+            false,
+            a.0,
+            a.1,
+            a.2,
+            b.0,
+            b.1,
+            b.2,
+            T::ZERO,
+            T::ONE,
+            false,
+            false,
+            false,
+            par,
+        )
+    }
+}
+
+/// The two constants [`product`] passes to `gemm`.
+trait GemmScalar: Copy {
+    const ZERO: Self;
+    const ONE: Self;
+}
+
+impl GemmScalar for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+}
+
+impl GemmScalar for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
 }
 
 /// An f16/bf16 operand as f32 (every value is exactly representable).
