@@ -50,24 +50,17 @@ pub(super) fn fuse_pairs(compute: Vec<Instr>, classes: &[Class], kept: &[usize])
     // The binary instruction (index) writing each register, while unpaired.
     let mut inner_at: Vec<Option<usize>> = vec![None; classes.len()];
     let mut out: Vec<Option<Instr>> = Vec::with_capacity(compute.len());
+    let float = |r: usize| matches!(classes[r], Class::F32 | Class::F64);
     for instr in compute {
         let fused = match &instr {
-            Instr::Binary { dst, op, a, b }
-                if outer_ok(*op) && matches!(classes[*dst], Class::F32 | Class::F64) =>
-            {
-                let single = |r: usize| uses[r] == 1 && inner_at[r].is_some();
-                let (from, c, swap) = if single(*a) {
-                    (*a, *b, false)
-                } else if single(*b) {
-                    (*b, *a, true)
-                } else {
-                    (usize::MAX, 0, false)
-                };
-                match (from != usize::MAX)
-                    .then(|| inner_at[from].take())
-                    .flatten()
-                {
-                    Some(at) => {
+            Instr::Binary { dst, op, a, b } if outer_ok(*op) && float(*dst) => {
+                // The operand that is an unpaired inner op's only use, the
+                // other operand, and whether the inner result is on the right.
+                [(*a, *b, false), (*b, *a, true)]
+                    .into_iter()
+                    .find(|&(r, _, _)| uses[r] == 1 && inner_at[r].is_some())
+                    .and_then(|(from, c, swap)| {
+                        let at = inner_at[from].take()?;
                         let Some(Instr::Binary {
                             op: inner,
                             a: x,
@@ -86,15 +79,13 @@ pub(super) fn fuse_pairs(compute: Vec<Instr>, classes: &[Class], kept: &[usize])
                             c,
                             swap,
                         })
-                    }
-                    None => None,
-                }
+                    })
             }
             _ => None,
         };
         let instr = fused.unwrap_or(instr);
         if let Instr::Binary { dst, op, .. } = &instr {
-            if inner_ok(*op) && matches!(classes[*dst], Class::F32 | Class::F64) {
+            if inner_ok(*op) && float(*dst) {
                 inner_at[*dst] = Some(out.len());
             }
         }
