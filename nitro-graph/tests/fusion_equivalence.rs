@@ -143,6 +143,61 @@ fn reductions_fused_onto_their_producers_equal_the_unfused_ones_bit_for_bit() {
     }
 }
 
+/// A group reading a product still becomes its epilogue when another,
+/// independent product runs in between (a backward pass: the input
+/// gradient's product, the weight gradient's, then the activation
+/// derivative times the first), and gives exactly the unfused values; a
+/// group that also reads the product in between never runs before it.
+#[test]
+fn epilogues_reach_past_an_independent_product_but_not_past_their_inputs() {
+    let (m, k, n) = (96, 40, 72);
+    let shapes = [vec![m, k], vec![n, k], vec![k, n], vec![m, n]];
+    let specs: Vec<(&str, TensorSpec)> = ["g", "w", "v", "d"]
+        .into_iter()
+        .zip(shapes.iter().map(|s| TensorSpec::f32(s)))
+        .collect();
+    let inputs: Vec<Array> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            Array::new(s, values(s.iter().product(), 31 + i as u64))
+                .unwrap()
+                .cast(DType::F32)
+        })
+        .collect();
+    for reads_second in [false, true] {
+        let graph = trace(&specs, |_, t| {
+            let first = t[0].matmul(&t[1].t());
+            let second = t[0].matmul(&t[2]);
+            let mut dz = &first * &t[3] + 1.0;
+            if reads_second {
+                dz = dz + &second;
+            }
+            Ok(vec![("dz".into(), dz), ("second".into(), second)])
+        })
+        .unwrap();
+        let want = node_by_node(&graph, &inputs);
+        let program = compile_graph(graph, CompileOptions::named("epilogue-past")).unwrap();
+        let listing = program.listing();
+        let first_product = listing
+            .lines()
+            .find(|l| l.contains("matmul ->"))
+            .expect("a matmul kernel");
+        assert_eq!(
+            first_product.contains("+ epilogue"),
+            !reads_second,
+            "reads_second={reads_second}:\n{listing}"
+        );
+        let got = program.run(&mut inputs.clone()).unwrap();
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                g.to_f64_vec() == w.to_f64_vec(),
+                "reads_second={reads_second}: fused and unfused differ"
+            );
+        }
+    }
+}
+
 /// A bias, activation and residual add applied to a matmul's rows as it
 /// finishes them (the matmul's epilogue) give exactly what the unfused
 /// nodes give: on the blocked kernel's sizes (epilogue per row block), on

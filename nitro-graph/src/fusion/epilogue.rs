@@ -9,25 +9,74 @@
 //! the group is the backend's.
 
 use super::{Access, FusedGroup, Kernel, Source};
-use crate::ir::{Graph, Op};
+use crate::ir::{Graph, NodeId, Op};
 use nitro_device::DType;
 
-/// Merge every `matmul` kernel immediately followed by a group that
-/// qualifies (see [`qualifies`]) into one epilogue kernel. Adjacent only:
-/// every value the group reads is then computed before the matmul runs or
-/// by it.
+/// How many kernels after a matmul are searched for its epilogue.
+const LOOKAHEAD: usize = 4;
+
+/// Merge every `matmul` kernel with a group that qualifies (see
+/// [`qualifies`]) and follows it, at most [`LOOKAHEAD`] kernels later,
+/// into one epilogue kernel. The kernels in between must not write
+/// anything the group reads: the group then reads only values computed
+/// before the matmul runs or by it, so it may run with it. (A backward
+/// pass puts the weight gradient's product between the input gradient's
+/// product and the activation derivative that multiplies it; adjacent
+/// only, that multiply made a separate pass over the whole product.)
 pub(super) fn merge(graph: &Graph, kernels: Vec<Kernel>) -> Vec<Kernel> {
-    let mut out: Vec<Kernel> = Vec::with_capacity(kernels.len());
-    for k in kernels {
-        match (out.last(), k) {
-            (Some(&Kernel::Single(mm)), Kernel::Fused(group)) if qualifies(graph, mm, &group) => {
-                out.pop();
-                out.push(Kernel::Epilogue { matmul: mm, group });
+    let mut pending: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    let mut out: Vec<Kernel> = Vec::with_capacity(pending.len());
+    for i in 0..pending.len() {
+        let Some(k) = pending[i].take() else {
+            continue;
+        };
+        let Kernel::Single(mm) = k else {
+            out.push(k);
+            continue;
+        };
+        let mut written: Vec<NodeId> = vec![];
+        let mut found = None;
+        for (j, later) in pending.iter().enumerate().skip(i + 1).take(LOOKAHEAD) {
+            let Some(later) = later else { continue };
+            if let Kernel::Fused(group) = later {
+                if qualifies(graph, mm, group) && !loads_any(group, &written) {
+                    found = Some(j);
+                    break;
+                }
             }
-            (_, k) => out.push(k),
+            written.extend(writes(later));
+        }
+        match found.and_then(|j| pending[j].take()) {
+            Some(Kernel::Fused(group)) => out.push(Kernel::Epilogue { matmul: mm, group }),
+            _ => out.push(Kernel::Single(mm)),
         }
     }
     out
+}
+
+/// The stored nodes a kernel writes.
+fn writes(kernel: &Kernel) -> Vec<NodeId> {
+    match kernel {
+        Kernel::Fused(g) => g
+            .stores
+            .iter()
+            .copied()
+            .chain(g.tails.iter().map(|t| t.node))
+            .collect(),
+        Kernel::Single(n) | Kernel::Conv { out: n, .. } => vec![*n],
+        Kernel::Epilogue { matmul, group } => std::iter::once(*matmul)
+            .chain(group.stores.iter().copied())
+            .collect(),
+    }
+}
+
+/// Whether `group` loads any of `nodes` (loads name stored bases).
+fn loads_any(group: &FusedGroup, nodes: &[NodeId]) -> bool {
+    group
+        .sources
+        .iter()
+        .flatten()
+        .any(|s| matches!(s, Source::Load { node, .. } if nodes.contains(node)))
 }
 
 /// A group qualifies as the epilogue of the f32 product `mm` of two
