@@ -580,8 +580,10 @@ fn mixed_precision_matmul_accumulates_in_f32_and_differentiates() {
 /// Products whose shapes take the CPU's special paths, against loops: a
 /// small output over a long contraction (a weight gradient summed over a
 /// batch: the k-split path), a transposed right operand with many rows
-/// (transposed once, then multiplied untransposed) and a narrow output
-/// (split by rows), on sizes off the tiles, in f64 and in f32.
+/// (transposed once, then multiplied untransposed), a narrow output and
+/// a tall one (both split by rows; tall with a transposed left operand,
+/// and with a transposed right one, transposed once and then split), on
+/// sizes off the tiles, in f64 and in f32.
 #[test]
 fn special_path_matmuls_match_loops() {
     let cases = [
@@ -591,6 +593,8 @@ fn special_path_matmuls_match_loops() {
         (130, 33, 67, true, true),
         (333, 100, 10, false, false),
         (333, 100, 10, true, true),
+        (301, 70, 150, true, false),
+        (257, 90, 130, false, true),
     ];
     for (m, k, n, ta, tb) in cases {
         let (a, b) = (values(m * k, 1), values(k * n, 2));
