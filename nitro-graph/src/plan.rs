@@ -203,18 +203,7 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
 
     let mut free: Vec<usize> = Vec::new();
     for (k, kernel) in schedule.kernels.iter().enumerate() {
-        let produced: Vec<NodeId> = match kernel {
-            Kernel::Fused(g) => g
-                .stores
-                .iter()
-                .copied()
-                .chain(g.tails.iter().map(|t| t.node))
-                .collect(),
-            Kernel::Single(s) | Kernel::Conv { out: s, .. } => vec![*s],
-            Kernel::Epilogue { matmul, group } => std::iter::once(*matmul)
-                .chain(group.stores.iter().copied())
-                .collect(),
-        };
+        let produced = kernel.writes();
         for p in produced {
             if plan.storage[p] != Storage::Virtual {
                 continue;

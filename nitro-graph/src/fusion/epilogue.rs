@@ -44,7 +44,7 @@ pub(super) fn merge(graph: &Graph, kernels: Vec<Kernel>) -> Vec<Kernel> {
                     break;
                 }
             }
-            written.extend(writes(later));
+            written.extend(later.writes());
         }
         match found.and_then(|j| pending[j].take()) {
             Some(Kernel::Fused(group)) => out.push(Kernel::Epilogue { matmul: mm, group }),
@@ -52,22 +52,6 @@ pub(super) fn merge(graph: &Graph, kernels: Vec<Kernel>) -> Vec<Kernel> {
         }
     }
     out
-}
-
-/// The stored nodes a kernel writes.
-fn writes(kernel: &Kernel) -> Vec<NodeId> {
-    match kernel {
-        Kernel::Fused(g) => g
-            .stores
-            .iter()
-            .copied()
-            .chain(g.tails.iter().map(|t| t.node))
-            .collect(),
-        Kernel::Single(n) | Kernel::Conv { out: n, .. } => vec![*n],
-        Kernel::Epilogue { matmul, group } => std::iter::once(*matmul)
-            .chain(group.stores.iter().copied())
-            .collect(),
-    }
 }
 
 /// Whether `group` loads any of `nodes` (loads name stored bases).

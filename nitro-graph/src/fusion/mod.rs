@@ -135,6 +135,24 @@ pub enum Kernel {
     },
 }
 
+impl Kernel {
+    /// The stored nodes the kernel writes (an epilogue group has no tails).
+    pub fn writes(&self) -> Vec<NodeId> {
+        match self {
+            Kernel::Fused(g) => g
+                .stores
+                .iter()
+                .copied()
+                .chain(g.tails.iter().map(|t| t.node))
+                .collect(),
+            Kernel::Single(n) | Kernel::Conv { out: n, .. } => vec![*n],
+            Kernel::Epilogue { matmul, group } => std::iter::once(*matmul)
+                .chain(group.stores.iter().copied())
+                .collect(),
+        }
+    }
+}
+
 /// The kernels of a graph, in execution order, and which nodes are stored.
 #[derive(Clone, Debug, Default)]
 pub struct Schedule {
@@ -548,17 +566,10 @@ pub fn schedule(graph: &Graph, rules: Rules) -> Schedule {
     }
     let mut producer = vec![None; n];
     for (k, kernel) in kernels.iter().enumerate() {
-        match kernel {
-            Kernel::Fused(g) => {
-                g.stores.iter().for_each(|&s| producer[s] = Some(k));
-                g.tails.iter().for_each(|t| producer[t.node] = Some(k));
-            }
-            Kernel::Epilogue { matmul, group } => {
-                producer[*matmul] = Some(k);
-                group.stores.iter().for_each(|&s| producer[s] = Some(k));
-            }
-            Kernel::Single(s) | Kernel::Conv { out: s, .. } => producer[*s] = Some(k),
-        }
+        kernel
+            .writes()
+            .into_iter()
+            .for_each(|s| producer[s] = Some(k));
     }
     Schedule {
         kernels,
