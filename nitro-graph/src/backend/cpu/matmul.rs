@@ -158,7 +158,9 @@ pub fn matmul_then(
     let narrow = alone && n < NARROW_MAX_COLS;
     let tall = alone && m * TALL_RATIO.1 >= n * TALL_RATIO.0;
     let split_rows = (narrow || tall) && threads > 1 && m >= 8 * threads;
-    let flip = alone && !narrow && tb && m >= FLIP_MIN_ROWS;
+    // A narrow product that splits reads B in place (n < 16 columns: the
+    // strided gather is short); one that does not split still flips.
+    let flip = alone && !(narrow && split_rows) && tb && m >= FLIP_MIN_ROWS;
     if let (Some(e), true, 1, 1) = (epilogue, fast, batch, k_parts) {
         let a = sgemm::Operand::new(a.ptr::<f32>(), a_rs, a_cs);
         let b = sgemm::Operand::new(b.ptr::<f32>(), b_rs, b_cs);
