@@ -206,63 +206,45 @@ pub fn matmul_then(
                 }
                 return false;
             }
-            // Rows `r0..r1` of the product, on the calling thread, with
-            // op(b) at `bp` (column and row strides).
-            let rows = |r0: usize, r1: usize, bp: *const $t, b_cs: isize, b_rs: isize| {
-                // SAFETY: the task reads rows r0..r1 of op(a) and all of
-                // op(b), and writes rows r0..r1 of `out`, its own.
-                unsafe {
-                    let ap = a.ptr::<$t>().offset(r0 as isize * a_rs);
-                    let op = out.ptr::<$t>().add(r0 * n);
-                    product(
-                        r1 - r0,
-                        n,
-                        k,
-                        op,
-                        (ap, a_cs, a_rs),
-                        (bp, b_cs, b_rs),
-                        gemm::Parallelism::None,
-                    );
+            // The whole product with op(b) at `bp` (column and row
+            // strides): split by rows, one inline product per thread, or
+            // one call with `gemm`'s own parallelism.
+            let unbatched = |bp: *const $t, b_cs: isize, b_rs: isize| {
+                let part = if split_rows { m.div_ceil(threads) } else { m };
+                let (bp, parts) = (bp as usize, m.div_ceil(part));
+                let inner = if split_rows {
+                    gemm::Parallelism::None
+                } else {
+                    par
+                };
+                let rows = |t: usize| {
+                    let (r0, r1) = (t * part, ((t + 1) * part).min(m));
+                    // SAFETY: task `t` reads rows r0..r1 of op(a) and all
+                    // of op(b), and writes rows r0..r1 of `out`, its own.
+                    unsafe {
+                        let ap = a.ptr::<$t>().offset(r0 as isize * a_rs);
+                        let op = out.ptr::<$t>().add(r0 * n);
+                        let bp = bp as *const $t;
+                        product(r1 - r0, n, k, op, (ap, a_cs, a_rs), (bp, b_cs, b_rs), inner);
+                    }
+                };
+                if parts > 1 {
+                    (0..parts).into_par_iter().for_each(rows);
+                } else {
+                    rows(0);
                 }
             };
-            // One part of the rows per thread, over op(b) at `bp`.
-            let split = |bp: *const $t, b_cs: isize, b_rs: isize| {
-                let part = m.div_ceil(threads);
-                let bp = bp as usize;
-                (0..threads).into_par_iter().for_each(|t| {
-                    let (r0, r1) = (t * part, ((t + 1) * part).min(m));
-                    if r0 < r1 {
-                        rows(r0, r1, bp as *const $t, b_cs, b_rs);
-                    }
-                });
-            };
-            if split_rows && !flip {
-                split(b.ptr::<$t>(), b_cs, b_rs);
-                return false;
-            }
             if flip {
                 // SAFETY: `b` holds the [br, bc] = [n, k] elements of one
                 // batch entry; nothing writes it during the call.
                 let src = unsafe { std::slice::from_raw_parts(b.ptr::<$t>(), br * bc) };
-                transpose::with_transpose(src, br, bc, |bt| {
-                    // op(b) = `bt`, [k, n] row-major (rs = n, cs = 1), a
-                    // buffer of this thread's.
-                    if split_rows {
-                        return split(bt.as_ptr(), 1, n as isize);
-                    }
-                    // SAFETY: as for `one` below, with op(b) = `bt`.
-                    unsafe {
-                        product(
-                            m,
-                            n,
-                            k,
-                            out.ptr::<$t>(),
-                            (a.ptr::<$t>(), a_cs, a_rs),
-                            (bt.as_ptr(), 1, n as isize),
-                            par,
-                        );
-                    }
-                });
+                // op(b) = `bt`, [k, n] row-major (rs = n, cs = 1), a buffer
+                // of this thread's.
+                transpose::with_transpose(src, br, bc, |bt| unbatched(bt.as_ptr(), 1, n as isize));
+                return false;
+            }
+            if split_rows {
+                unbatched(b.ptr::<$t>(), b_cs, b_rs);
                 return false;
             }
             let one = |bi: usize| {
