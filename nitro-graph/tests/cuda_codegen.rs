@@ -265,6 +265,7 @@ float cosf(float); float fabsf(float); float floorf(float); float powf(float, fl
 float copysignf(float, float);
 double exp(double); double log(double); double sqrt(double); double tanh(double); double sin(double);
 double cos(double); double fabs(double); double floor(double); double pow(double, double);
+double fma(double, double, double);
 "#;
 
 #[test]

@@ -34,9 +34,9 @@ pub fn tanh_f32(x: f32) -> f32 {
     let a2 = a * a;
     let mut p = SERIES[0];
     for &c in &SERIES[1..] {
-        p = p * a2 + c;
+        p = p.mul_add(a2, c);
     }
-    let small = a + a * a2 * p;
+    let small = (a * a2).mul_add(p, a);
     let big = 1.0 - 2.0 / (exp_core(2.0 * a) + 1.0);
     let t = if a < 0.2 { small } else { big };
     (t as f32).copysign(x)

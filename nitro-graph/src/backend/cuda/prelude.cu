@@ -57,18 +57,20 @@ __device__ __forceinline__ int nitro_f64_to_u8(double x) {
 
 // e^x for f32 registers: the CPU's (semantics/exp.rs), the same f64
 // sequence in the same order (round by the 1.5*2^52 addition, a degree-8
-// Taylor polynomial, 2^n from the exponent bits), so host emulation
-// matches the CPU bit for bit.
+// Taylor polynomial, 2^n from the exponent bits), every multiply-add an
+// explicit fma as the CPU's `mul_add` (one rounding, on the GPU and in host
+// emulation alike, where nvcc would contract a * b + c only on the GPU), so
+// both match the CPU bit for bit.
 __device__ __forceinline__ double nitro_exp_core(double x) {
     const double round = 6755399441055744.0;
     const double c[7] = {1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0,
                          1.0 / 24.0, 1.0 / 6.0, 0.5};
-    double t = x * 1.4426950408889634 + round;
+    double t = fma(x, 1.4426950408889634, round);
     double n = t - round;
-    double r = x - n * 0.6931471805599453;
+    double r = fma(-n, 0.6931471805599453, x);
     double p = c[0];
-    for (int i = 1; i < 7; i++) p = p * r + c[i];
-    p = (p * r + 1.0) * r + 1.0;
+    for (int i = 1; i < 7; i++) p = fma(p, r, c[i]);
+    p = fma(fma(p, r, 1.0), r, 1.0);
     unsigned long long nb = (unsigned long long)__double_as_longlong(t)
                             - (unsigned long long)__double_as_longlong(round);
     double scale = __longlong_as_double((long long)((nb + 1023ull) << 52));
@@ -89,15 +91,16 @@ __device__ __forceinline__ float nitro_tanh_f32(float xf) {
     double a = af > 10.0f ? 10.0 : (double)af;
     double a2 = a * a;
     double p = s[0];
-    for (int i = 1; i < 5; i++) p = p * a2 + s[i];
-    double small = a + a * a2 * p;
+    for (int i = 1; i < 5; i++) p = fma(p, a2, s[i]);
+    double small = fma(a * a2, p, a);
     double big = 1.0 - 2.0 / (nitro_exp_core(2.0 * a) + 1.0);
     return copysignf((float)(a < 0.2 ? small : big), xf);
 }
 
 // erf for f32 registers: the CPU's (semantics/erf.rs), the same rational
-// fit evaluated in double in the same order, so both backends (and host
-// emulation bit for bit) agree; erff would differ from it by up to 1e-7.
+// fit evaluated in double in the same order with the same fmas, so both
+// backends (and host emulation) agree bit for bit; erff would differ from
+// it by up to 1e-7.
 __device__ __forceinline__ float nitro_erf_f32(float xf) {
     const double a[7] = {-2.72614225801306e-10, 2.77068142495902e-8, -2.10102402082508e-6,
                          -5.69250639462346e-5, -7.34990630326855e-4, -2.95459980854025e-3,
@@ -107,9 +110,9 @@ __device__ __forceinline__ float nitro_erf_f32(float xf) {
     double x = xf < -4.0f ? -4.0 : (xf > 4.0f ? 4.0 : (double)xf);
     double x2 = x * x;
     double p = a[0];
-    for (int i = 1; i < 7; i++) p = p * x2 + a[i];
+    for (int i = 1; i < 7; i++) p = fma(p, x2, a[i]);
     double q = b[0];
-    for (int i = 1; i < 5; i++) q = q * x2 + b[i];
+    for (int i = 1; i < 5; i++) q = fma(q, x2, b[i]);
     float y = (float)(x * p / q);
     return y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
 }

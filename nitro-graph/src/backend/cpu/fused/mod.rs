@@ -345,7 +345,7 @@ impl FusedKernel {
             // Zen 5 runs 512-bit vectors at full width: the f64-evaluated
             // transcendentals (erf, exp, tanh) of GELU and softmax are
             // compute-bound and take ~5% off a GPT forward there.
-            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
             unsafe fn wide512(k: &FusedKernel, regs: &mut [Reg], span: Span<'_>) {
                 k.run_chunks(regs, span)
             }
@@ -354,11 +354,11 @@ impl FusedKernel {
         }
         #[cfg(target_arch = "x86_64")]
         if super::simd::avx2() {
-            #[target_feature(enable = "avx2")]
+            #[target_feature(enable = "avx2,fma")]
             unsafe fn wide(k: &FusedKernel, regs: &mut [Reg], span: Span<'_>) {
                 k.run_chunks(regs, span)
             }
-            // SAFETY: the CPU has AVX2 (checked above).
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
             return unsafe { wide(self, regs, span) };
         }
         self.run_chunks(regs, span)
