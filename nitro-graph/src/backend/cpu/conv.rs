@@ -70,7 +70,8 @@ pub fn direct_conv(kernel: Raw, x: Raw, out: Raw, image: &[usize], o: usize, win
     let image_len = (c * hp * wp).max(offsets[ckk - 1] + tiles * QB);
     let plane = n * oh * ow;
     let dst = out;
-    let wide = avx2_fma();
+    // `simd::avx2` checks FMA too: what the tile kernel needs.
+    let wide = super::simd::avx2();
     let sample = |s: usize| {
         let mut img = vec![0.0f32; image_len];
         for ci in 0..c {
@@ -117,18 +118,6 @@ pub fn direct_conv(kernel: Raw, x: Raw, out: Raw, image: &[usize], o: usize, win
     }
 }
 
-/// Whether the AVX2+FMA tile kernel may run here.
-fn avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        super::simd::avx2() && is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
 /// `dst = src` for the short runs here (an image row, a tile row's live
 /// pixels): eight at a time by fixed-size copies, then one by one, so no
 /// call into `memcpy` (which cost 9% of LeNet's predict on runs of a few
@@ -151,7 +140,7 @@ fn copy_short(src: &[f32], dst: &mut [f32]) {
 
 /// `tile[i][l] = sum_p panel[p][i] * img[offsets[p] + l]` for the OB x QB
 /// tile whose first pixel is `img[0]`.
-/// `wide`: the CPU has AVX2 and FMA ([`avx2_fma`], asked once per call).
+/// `wide`: the CPU has AVX2 and FMA ([`super::simd::avx2`], asked once per call).
 fn compute_tile(
     img: &[f32],
     offsets: &[usize],
