@@ -199,7 +199,21 @@ fn two_ranks_are_bitwise_equal_and_match_one_process_with_the_global_batch_f64()
     check_against_one_process("f64", 1e-12);
 }
 
+/// Epochs of the jobs that a signal must reach while they train.
+const LONG_EPOCHS: &str = "12";
+
 fn digits_args<'a>(dir: &'a str, batch: &'a str, command: &'a str) -> Vec<&'a str> {
+    digits_args_for(dir, batch, command, "3")
+}
+
+/// [`digits_args`] with `epochs` epochs: the signal tests need a job that is
+/// still training when the signal lands, well after its first checkpoint.
+fn digits_args_for<'a>(
+    dir: &'a str,
+    batch: &'a str,
+    command: &'a str,
+    epochs: &'a str,
+) -> Vec<&'a str> {
     vec![
         command,
         "--run-dir",
@@ -213,7 +227,7 @@ fn digits_args<'a>(dir: &'a str, batch: &'a str, command: &'a str) -> Vec<&'a st
         "--set",
         "width=64",
         "--max-epochs",
-        "3",
+        epochs,
     ]
 }
 
@@ -253,15 +267,17 @@ fn rank_pid(mpirun: &Child, rank: usize) -> Option<u32> {
     None
 }
 
-/// Starts a 2-rank digits job, waits for its first checkpoint, and sends
-/// `signal` to rank 1. Returns the job's output and the time from the
-/// signal to its end.
-fn signal_rank_one(dir: &Path, signal: &str) -> (Output, Duration) {
+/// Starts a 2-rank digits job of `epochs` epochs, waits for its first
+/// checkpoint, and sends `signal` to rank 1. Returns the job's output and
+/// the time from the signal to its end. A job of 3 epochs may finish before
+/// the signal lands (an epoch takes a fraction of a second), so the tests
+/// that need a job still running pass more.
+fn signal_rank_one(dir: &Path, signal: &str, epochs: &str) -> (Output, Duration) {
     let d = dir.to_str().unwrap();
     let child = mpirun(
         2,
         digits_bin::example(),
-        &digits_args(d, "batch=32", "train"),
+        &digits_args_for(d, "batch=32", "train", epochs),
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -410,13 +426,18 @@ fn a_killed_rank_ends_the_job_and_a_resumed_job_is_bit_identical() {
         mpirun(
             2,
             digits_bin::example(),
-            &digits_args(whole.path().to_str().unwrap(), "batch=32", "train"),
+            &digits_args_for(
+                whole.path().to_str().unwrap(),
+                "batch=32",
+                "train",
+                LONG_EPOCHS,
+            ),
         )
         .output()
         .unwrap(),
     );
     let cut = tempfile::tempdir().unwrap();
-    let (out, took) = signal_rank_one(cut.path(), "-KILL");
+    let (out, took) = signal_rank_one(cut.path(), "-KILL", LONG_EPOCHS);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the job must fail:\n{stderr}");
     assert!(
@@ -435,7 +456,7 @@ fn a_killed_rank_ends_the_job_and_a_resumed_job_is_bit_identical() {
         mpirun(
             2,
             digits_bin::example(),
-            &digits_args(c, "batch=32", "resume"),
+            &digits_args_for(c, "batch=32", "resume", LONG_EPOCHS),
         )
         .output()
         .unwrap(),
@@ -471,7 +492,7 @@ fn a_hung_rank_is_named_by_the_survivor_within_30_s() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (out, took) = signal_rank_one(dir.path(), "-STOP");
+    let (out, took) = signal_rank_one(dir.path(), "-STOP", LONG_EPOCHS);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "the job must fail:\n{stderr}");
     assert!(
@@ -501,7 +522,7 @@ fn an_interrupt_on_one_rank_stops_every_rank_at_one_agreed_step() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (out, took) = signal_rank_one(dir.path(), "-INT");
+    let (out, took) = signal_rank_one(dir.path(), "-INT", LONG_EPOCHS);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -532,7 +553,7 @@ fn an_interrupt_on_one_rank_stops_every_rank_at_one_agreed_step() {
         mpirun(
             2,
             digits_bin::example(),
-            &digits_args(d, "batch=32", "resume"),
+            &digits_args_for(d, "batch=32", "resume", LONG_EPOCHS),
         )
         .output()
         .unwrap(),
