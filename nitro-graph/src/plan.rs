@@ -116,6 +116,56 @@ pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
     }
 }
 
+/// The slots kernel `k` may write its stored member `p` into over one of
+/// its own inputs: slots of values that die at `k` (no later reader, not a
+/// program output) and that the group reads only contiguously, i.e.
+/// element `i` of a chunk where it writes element `i` of that chunk, after
+/// every read of the chunk (how the CPU chunk loop and the CUDA threads
+/// run, and how a donated input is updated in place already). Writing there
+/// rather than into a second buffer keeps the output's lines in cache
+/// (a matmul's epilogue rewrites the product's rows it has just read) and
+/// halves the group's working set. An epilogue never overwrites its
+/// matmul's operands: the product reads them until its last row block.
+fn overwritable_input(
+    graph: &Graph,
+    kernel: &Kernel,
+    p: NodeId,
+    k: usize,
+    last_read: &[Option<usize>],
+    is_output: &[bool],
+    plan: &MemoryPlan,
+) -> Vec<usize> {
+    let (group, operands) = match kernel {
+        Kernel::Fused(g) => (g, &[][..]),
+        Kernel::Epilogue { matmul, group } => (group, graph.nodes[*matmul].args.as_slice()),
+        _ => return vec![],
+    };
+    if !group.stores.contains(&p) {
+        return vec![];
+    }
+    let loads = || {
+        group.sources.iter().flatten().filter_map(|s| match s {
+            Source::Load { node, access } => Some((base_of(graph, *node), access)),
+            _ => None,
+        })
+    };
+    let mut slots = vec![];
+    for (b, _) in loads() {
+        let Storage::Slot(s) = plan.storage[b] else {
+            continue;
+        };
+        let dies_here = last_read[b] == Some(k) && !is_output[b];
+        let contiguous = loads()
+            .filter(|(n, _)| *n == b)
+            .all(|(_, a)| *a == crate::fusion::Access::Contiguous);
+        let operand = operands.iter().any(|&a| base_of(graph, a) == b);
+        if dies_here && contiguous && !operand && !slots.contains(&s) {
+            slots.push(s);
+        }
+    }
+    slots
+}
+
 /// Plan buffers for `schedule`, updating `donate` (input, output) pairs in
 /// place where that is safe.
 pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> MemoryPlan {
@@ -204,6 +254,8 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
     let mut free: Vec<usize> = Vec::new();
     for (k, kernel) in schedule.kernels.iter().enumerate() {
         let produced = kernel.writes();
+        // Slots of this kernel's own dying inputs that a stored member took.
+        let mut taken: Vec<usize> = Vec::new();
         for p in produced {
             if plan.storage[p] != Storage::Virtual {
                 continue;
@@ -211,9 +263,16 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
             let spec = &graph.nodes[p].spec;
             let want = (spec.dtype, spec.numel());
             plan.unshared_bytes += spec.bytes();
-            let slot = match free.iter().position(|&s| plan.slots[s] == want) {
-                Some(i) => free.swap_remove(i),
-                None => {
+            let reused = overwritable_input(graph, kernel, p, k, &last_read, &is_output, &plan)
+                .into_iter()
+                .find(|&s| plan.slots[s] == want && !taken.contains(&s));
+            let slot = match (reused, free.iter().position(|&s| plan.slots[s] == want)) {
+                (Some(s), _) => {
+                    taken.push(s);
+                    s
+                }
+                (None, Some(i)) => free.swap_remove(i),
+                (None, None) => {
                     plan.slots.push(want);
                     plan.slots.len() - 1
                 }
@@ -226,7 +285,7 @@ pub fn plan(graph: &Graph, schedule: &Schedule, donate: &[(usize, usize)]) -> Me
         for b in kernel_reads(graph, kernel) {
             if last_read[b] == Some(k) && !is_output[b] {
                 if let Storage::Slot(s) = plan.storage[b] {
-                    if !free.contains(&s) {
+                    if !free.contains(&s) && !taken.contains(&s) {
                         free.push(s);
                         plan.frees[k].push(s);
                     }

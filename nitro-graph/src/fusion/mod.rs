@@ -189,6 +189,18 @@ pub fn fill_value(graph: &Graph, mut n: NodeId) -> Option<f64> {
     }
 }
 
+/// `n` through reshapes: the node whose buffer it is. Every
+/// [`Source::Load`] names that node, whatever view reads it (a reshape
+/// keeps the flat order, so strides over the reshape's shape address the
+/// base's buffer), so a check of what a group reads (an epilogue's "only
+/// element for element", the memory plan's last reader) sees every read.
+fn stored_base(graph: &Graph, mut n: NodeId) -> NodeId {
+    while let Op::Reshape { .. } = graph.nodes[n].op {
+        n = graph.nodes[n].args[0];
+    }
+    n
+}
+
 /// Row-major strides of `shape`.
 pub fn strides_of(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
@@ -219,7 +231,7 @@ impl<'g> Fuser<'g> {
                 let src = node.args[0];
                 let base = strides_of(&self.graph.nodes[src].spec.shape);
                 Source::Load {
-                    node: src,
+                    node: stored_base(self.graph, src),
                     access: Access::Strided {
                         shape: node.spec.shape.clone(),
                         strides: perm.iter().map(|&p| base[p]).collect(),
@@ -231,7 +243,7 @@ impl<'g> Fuser<'g> {
                 let src_shape = &self.graph.nodes[src].spec.shape;
                 if src_shape.iter().product::<usize>() == 1 {
                     return Source::Load {
-                        node: src,
+                        node: stored_base(self.graph, src),
                         access: Access::Scalar,
                     };
                 }
@@ -240,7 +252,7 @@ impl<'g> Fuser<'g> {
                     .map(|d| if src_shape[d] == 1 { 0 } else { base[d] })
                     .collect();
                 Source::Load {
-                    node: src,
+                    node: stored_base(self.graph, src),
                     access: Access::Strided {
                         shape: shape.clone(),
                         strides,
