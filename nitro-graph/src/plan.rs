@@ -8,11 +8,12 @@
 //! value takes a free slot of the same dtype and length before a new one is
 //! made. An elementwise kernel (or a matmul's epilogue) may also write a
 //! value over an input of its own that dies there, when it reads that input
-//! element for element (`overwritable_input`). Donated inputs (a train step's params and optimizer state) are
-//! updated *in place*: the kernel that computes the new value writes into
-//! the input's own buffer when nothing reads the old value afterwards and
-//! the write is elementwise; otherwise the result is swapped in at the end
-//! of the call, which still allocates nothing.
+//! element for element (`overwritable_input`). Donated inputs (a train
+//! step's params and optimizer state) are updated *in place*: the kernel
+//! that computes the new value writes into the input's own buffer when
+//! nothing reads the old value afterwards and the write is elementwise;
+//! otherwise the result is swapped in at the end of the call, which still
+//! allocates nothing.
 
 use crate::fusion::{FusedGroup, Kernel, Schedule, Source};
 use crate::ir::{Graph, NodeId, Op};
