@@ -210,7 +210,7 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
     let mut n = Nitro::new(e)?;
     let dir = n.run_values().run_dir.clone();
     n.train()?;
-    let (mut rates, mut shares) = (vec![], vec![]);
+    let (mut rates, mut shares, mut step_ms, mut reduce_ms) = (vec![], vec![], vec![], vec![]);
     for _ in 0..3 {
         let mut e = BenchMlp::defaults();
         config(&mut e);
@@ -222,6 +222,9 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
         let samples = r.steps as f64 * (run.batch_size * run.accum * run.world_size) as f64;
         rates.push(samples / wall);
         shares.push(r.all_reduce_time.as_secs_f64() / wall);
+        let steps = r.steps.max(1) as f64;
+        step_ms.push(wall * 1e3 / steps);
+        reduce_ms.push(r.all_reduce_time.as_secs_f64() * 1e3 / steps);
     }
     let _ = std::fs::remove_dir_all(&dir);
     // The all-reduce alone, of the step's buffer size (params, loss and
@@ -238,9 +241,11 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
     }
     if n.distributed().is_root() {
         println!(
-            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"all_reduce_alone_ms\":{:.3},\"floats\":{len},\"world\":{}}}",
+            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"step_ms\":{:.3},\"all_reduce_ms\":{:.3},\"all_reduce_alone_ms\":{:.3},\"floats\":{len},\"world\":{}}}",
             median(rates),
             median(shares),
+            median(step_ms),
+            median(reduce_ms),
             median(alone),
             n.distributed().world_size()
         );
@@ -259,8 +264,11 @@ fn loadavg() -> String {
 const PAIRS: usize = 5;
 
 /// `ddp_throughput`: the worker as 2 ranks x 1 thread (`mpirun -n 2`)
-/// against 1 rank x 1 thread, alternated [`PAIRS`] times; the samples/s ratio (2 is
-/// perfect scaling) and the 2-rank all-reduce share.
+/// against 1 rank x 1 thread, alternated [`PAIRS`] times; the samples/s
+/// ratio (2 is perfect scaling) and the 2-rank all-reduce share. The step
+/// times say where a ratio under 2 goes: the all-reduce's part of the
+/// 2-rank step, and what two unconnected workers at once pay for sharing
+/// the machine (memory, caches, a VM's neighbours) with no exchange at all.
 fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     use std::process::Command;
     if !cfg!(feature = "mpi") || Command::new("mpirun").arg("--version").output().is_err() {
@@ -270,7 +278,9 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let exe = std::env::current_exe()?;
-    type Figures = (f64, f64, f64);
+    /// A worker's line: samples/s, all-reduce share, ms per step, of it
+    /// ms in the all-reduce, and the all-reduce alone.
+    type Figures = (f64, f64, f64, f64, f64);
     let figures = |out: std::process::Output| -> Result<Figures, Box<dyn std::error::Error>> {
         if !out.status.success() {
             return Err(format!(
@@ -288,6 +298,8 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         Ok((
             v["samples_per_s"].as_f64().ok_or("samples_per_s")?,
             v["all_reduce_share"].as_f64().ok_or("all_reduce_share")?,
+            v["step_ms"].as_f64().ok_or("step_ms")?,
+            v["all_reduce_ms"].as_f64().ok_or("all_reduce_ms")?,
             v["all_reduce_alone_ms"]
                 .as_f64()
                 .ok_or("all_reduce_alone_ms")?,
@@ -296,6 +308,10 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     let load_before = loadavg();
     let (mut one, mut two, mut share, mut pairs, mut alone, mut ceilings) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
+    // Per step: 1 rank alone, 2 ranks (and of it the all-reduce), and two
+    // unconnected workers at once (what sharing the machine costs alone).
+    let (mut step_one, mut step_two, mut reduce_two, mut step_both) =
+        (vec![], vec![], vec![], vec![]);
     // Adjacent runs are paired, so a drift of the machine's speed (a VM's
     // neighbours) moves both sides of a ratio alike.
     for _ in 0..PAIRS {
@@ -303,7 +319,9 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .arg("ddp_worker")
             .env("RAYON_NUM_THREADS", "1")
             .output()?;
-        one.push(figures(out)?.0);
+        let f = figures(out)?;
+        one.push(f.0);
+        step_one.push(f.2);
         let out = Command::new("mpirun")
             .args([
                 "--allow-run-as-root",
@@ -319,7 +337,9 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .output()?;
-        let (rate, s, ms) = figures(out)?;
+        let (rate, s, step, reduce, ms) = figures(out)?;
+        step_two.push(step);
+        reduce_two.push(reduce);
         two.push(rate);
         share.push(s);
         alone.push(ms);
@@ -338,20 +358,30 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
                 .spawn()
         };
         if let (Ok(a), Ok(b)) = (spawn("0"), spawn("1")) {
-            let both = figures(a.wait_with_output()?)?.0 + figures(b.wait_with_output()?)?.0;
-            ceilings.push(both / one[one.len() - 1]);
+            let (fa, fb) = (
+                figures(a.wait_with_output()?)?,
+                figures(b.wait_with_output()?)?,
+            );
+            ceilings.push((fa.0 + fb.0) / one[one.len() - 1]);
+            step_both.push((fa.2 + fb.2) / 2.0);
         }
     }
     let ratios: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
     let (one, two, share, ratio) = (median(one), median(two), median(share), median(pairs));
     let alone = median(alone);
+    let (step_one, step_two, reduce_two) = (median(step_one), median(step_two), median(reduce_two));
+    let step_both = if step_both.is_empty() {
+        "null".to_string()
+    } else {
+        format!("{:.3}", median(step_both))
+    };
     let ceiling = if ceilings.is_empty() {
         "null".to_string()
     } else {
         format!("{:.3}", median(ceilings))
     };
     println!(
-        "{{\"bench\":\"ddp_throughput\",\"ratio\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s_2x1\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"all_reduce_share\":{share:.4},\"all_reduce_alone_ms\":{alone:.3},\"threads\":1,\"ranks\":2,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio = 2-rank samples/s over 1-rank samples/s (goal >= 1.8); ratio = median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes\"}}",
+        "{{\"bench\":\"ddp_throughput\",\"ranks\":2,\"ratio_vs_one_rank\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"allreduce_share\":{share:.4},\"allreduce_alone_ms\":{alone:.3},\"step_ms_1x1\":{step_one:.3},\"step_ms_2x1\":{step_two:.3},\"allreduce_ms_per_step\":{reduce_two:.3},\"step_ms_independent\":{step_both},\"threads\":1,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio_vs_one_rank = 2-rank samples/s (samples_per_s, global) over 1-rank samples/s (goal >= 1.8): the median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes; step_ms: training-loop ms per step (1 rank, 2 ranks with allreduce_ms_per_step of it, two unconnected workers at once): the ratio is about 2 step_ms_1x1 / step_ms_2x1\"}}",
         ratios.join(","),
         loadavg()
     );
