@@ -260,6 +260,19 @@ fn loadavg() -> String {
         .unwrap_or_else(|| "null".into())
 }
 
+/// A `ddp_worker` line, as `ddp_throughput` reads it.
+struct Figures {
+    /// Samples/s over the training loop (all ranks).
+    rate: f64,
+    /// The share of the loop spent in the all-reduce.
+    share: f64,
+    /// Loop ms per step, and of it ms in the all-reduce.
+    step_ms: f64,
+    reduce_ms: f64,
+    /// One all-reduce of the step's buffer after a barrier.
+    alone_ms: f64,
+}
+
 /// Adjacent (1-rank, 2-rank) run pairs of `ddp_throughput`.
 const PAIRS: usize = 5;
 
@@ -278,9 +291,6 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         return Ok(());
     }
     let exe = std::env::current_exe()?;
-    /// A worker's line: samples/s, all-reduce share, ms per step, of it
-    /// ms in the all-reduce, and the all-reduce alone.
-    type Figures = (f64, f64, f64, f64, f64);
     let figures = |out: std::process::Output| -> Result<Figures, Box<dyn std::error::Error>> {
         if !out.status.success() {
             return Err(format!(
@@ -295,15 +305,14 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .find(|l| l.contains("samples_per_s"))
             .ok_or("no worker line")?;
         let v: serde_json::Value = serde_json::from_str(line)?;
-        Ok((
-            v["samples_per_s"].as_f64().ok_or("samples_per_s")?,
-            v["all_reduce_share"].as_f64().ok_or("all_reduce_share")?,
-            v["step_ms"].as_f64().ok_or("step_ms")?,
-            v["all_reduce_ms"].as_f64().ok_or("all_reduce_ms")?,
-            v["all_reduce_alone_ms"]
-                .as_f64()
-                .ok_or("all_reduce_alone_ms")?,
-        ))
+        let field = |name: &'static str| v[name].as_f64().ok_or(name);
+        Ok(Figures {
+            rate: field("samples_per_s")?,
+            share: field("all_reduce_share")?,
+            step_ms: field("step_ms")?,
+            reduce_ms: field("all_reduce_ms")?,
+            alone_ms: field("all_reduce_alone_ms")?,
+        })
     };
     let load_before = loadavg();
     let (mut one, mut two, mut share, mut pairs, mut alone, mut ceilings) =
@@ -320,8 +329,8 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .env("RAYON_NUM_THREADS", "1")
             .output()?;
         let f = figures(out)?;
-        one.push(f.0);
-        step_one.push(f.2);
+        one.push(f.rate);
+        step_one.push(f.step_ms);
         let out = Command::new("mpirun")
             .args([
                 "--allow-run-as-root",
@@ -337,13 +346,13 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
             .output()?;
-        let (rate, s, step, reduce, ms) = figures(out)?;
-        step_two.push(step);
-        reduce_two.push(reduce);
-        two.push(rate);
-        share.push(s);
-        alone.push(ms);
-        pairs.push(rate / one[one.len() - 1]);
+        let f = figures(out)?;
+        step_two.push(f.step_ms);
+        reduce_two.push(f.reduce_ms);
+        two.push(f.rate);
+        share.push(f.share);
+        alone.push(f.alone_ms);
+        pairs.push(f.rate / one[one.len() - 1]);
         // The machine's own ceiling: two independent 1-rank workers at once
         // (no group, nothing exchanged), each pinned to a core as mpirun
         // binds its ranks.
@@ -362,24 +371,23 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
                 figures(a.wait_with_output()?)?,
                 figures(b.wait_with_output()?)?,
             );
-            ceilings.push((fa.0 + fb.0) / one[one.len() - 1]);
-            step_both.push((fa.2 + fb.2) / 2.0);
+            ceilings.push((fa.rate + fb.rate) / one[one.len() - 1]);
+            step_both.push((fa.step_ms + fb.step_ms) / 2.0);
         }
     }
     let ratios: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
     let (one, two, share, ratio) = (median(one), median(two), median(share), median(pairs));
     let alone = median(alone);
     let (step_one, step_two, reduce_two) = (median(step_one), median(step_two), median(reduce_two));
-    let step_both = if step_both.is_empty() {
-        "null".to_string()
-    } else {
-        format!("{:.3}", median(step_both))
+    // The independent runs need `taskset`; without it their fields are null.
+    let median_or_null = |v: Vec<f64>| {
+        if v.is_empty() {
+            "null".to_string()
+        } else {
+            format!("{:.3}", median(v))
+        }
     };
-    let ceiling = if ceilings.is_empty() {
-        "null".to_string()
-    } else {
-        format!("{:.3}", median(ceilings))
-    };
+    let (step_both, ceiling) = (median_or_null(step_both), median_or_null(ceilings));
     println!(
         "{{\"bench\":\"ddp_throughput\",\"ranks\":2,\"ratio_vs_one_rank\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"allreduce_share\":{share:.4},\"allreduce_alone_ms\":{alone:.3},\"step_ms_1x1\":{step_one:.3},\"step_ms_2x1\":{step_two:.3},\"allreduce_ms_per_step\":{reduce_two:.3},\"step_ms_independent\":{step_both},\"threads\":1,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio_vs_one_rank = 2-rank samples/s (samples_per_s, global) over 1-rank samples/s (goal >= 1.8): the median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes; step_ms: training-loop ms per step (1 rank, 2 ranks with allreduce_ms_per_step of it, two unconnected workers at once): the ratio is about 2 step_ms_1x1 / step_ms_2x1\"}}",
         ratios.join(","),
