@@ -94,7 +94,10 @@ pub fn main<E: Experiment>() {
         Err(e) => match e.downcast::<clap::Error>() {
             Ok(clap_error) => clap_error.exit(),
             Err(e) => {
-                eprintln!("error: {e}");
+                // One write for the whole line: `eprintln!` writes its pieces
+                // separately, and mpirun interleaves ranks' pieces.
+                let line = format!("error: {e}\n");
+                eprint!("{line}");
                 std::process::exit(exit_code(&*e));
             }
         },

@@ -71,12 +71,18 @@ fn main() {
     let group = match ProcessGroup::from_env() {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("error: {e}");
+            // One write for the whole line: `eprintln!` writes its pieces
+            // separately, and mpirun interleaves ranks' pieces.
+            let line = format!("error: {e}\n");
+            eprint!("{line}");
             std::process::exit(3);
         }
     };
     if let Err(e) = run(&group, &mode, &arg) {
-        eprintln!("error: {e}");
+        // One write for the whole line: `eprintln!` writes its pieces
+        // separately, and mpirun interleaves ranks' pieces.
+        let line = format!("error: {e}\n");
+        eprint!("{line}");
         // Drop the broken group first: it skips MPI_Finalize, which would
         // wait for the lost rank.
         drop(group);

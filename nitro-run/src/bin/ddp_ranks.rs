@@ -201,7 +201,10 @@ fn run(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if let Err(e) = run(&args) {
-        eprintln!("error: {e}");
+        // One write for the whole line: `eprintln!` writes its pieces
+        // separately, and mpirun interleaves ranks' pieces.
+        let line = format!("error: {e}\n");
+        eprint!("{line}");
         std::process::exit(1);
     }
 }
