@@ -114,3 +114,93 @@ fn a_gpu_that_cannot_be_opened_is_a_typed_error_naming_the_fix() {
     let staged = rt.stage(Array::scalar_f32(3.0)).unwrap();
     assert!(matches!(staged, Value::Host(_)));
 }
+
+/// `[n, n]` values from a seed, distinct per seed.
+fn square(n: usize, seed: usize) -> Vec<f32> {
+    (0..n * n)
+        .map(|i| ((i * 7 + seed * 13) % 17) as f32 * 0.25 - 2.0)
+        .collect()
+}
+
+/// The product by the textbook triple loop (sums of quarter-integers
+/// this small are exact in f32, in any order).
+fn product(n: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let mut c = vec![0.0f32; n * n];
+    for i in 0..n {
+        for j in 0..n {
+            c[i * n + j] = (0..n).map(|p| a[i * n + p] * b[p * n + j]).sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn a_returned_output_is_the_callers_and_survives_the_next_call() {
+    // Large enough to run on the pool (a slot handed over, not copied),
+    // and one node returned under two names.
+    let n = 264;
+    let spec = TensorSpec::f32(&[n, n]);
+    let program = nitro_graph::compile(
+        &[("a", spec.clone()), ("b", spec)],
+        CompileOptions::named("mm"),
+        |_, t| {
+            let c = t[0].matmul(&t[1]);
+            Ok(vec![("c".into(), c.clone()), ("again".into(), c)])
+        },
+    )
+    .unwrap();
+    assert!(
+        program.stats().unshared_bytes >= 256 * 1024,
+        "runs on the pool"
+    );
+    let call = |seed: usize| {
+        let (a, b) = (square(n, seed), square(n, seed + 1));
+        let want = product(n, &a, &b);
+        let mut args = vec![
+            Array::new(&[n, n], a).unwrap(),
+            Array::new(&[n, n], b).unwrap(),
+        ];
+        (program.run(&mut args).unwrap(), want)
+    };
+    let (first, want1) = call(1);
+    let (second, want2) = call(2);
+    let (third, want3) = call(3);
+    assert_ne!(want1, want2);
+    for (outs, want) in [(&first, &want1), (&second, &want2), (&third, &want3)] {
+        assert_eq!(outs.len(), 2);
+        for out in outs {
+            assert_eq!(out.as_slice::<f32>().unwrap(), &want[..]);
+        }
+    }
+}
+
+#[test]
+fn programs_called_from_inside_the_pool_finish_with_the_right_values() {
+    // Each call keeps the pool's other workers busy until it returns;
+    // calls nested in parallel work (every worker inside one) must still
+    // all finish, each with its own result.
+    use nitro_graph::nn::ops::relu;
+    use rayon::prelude::*;
+    let n = 192;
+    let spec = TensorSpec::f32(&[n, n]);
+    let program = nitro_graph::compile(
+        &[("a", spec.clone()), ("b", spec)],
+        CompileOptions::named("mm"),
+        |_, t| Ok(vec![("c".into(), relu(&t[0].matmul(&t[1])))]),
+    )
+    .unwrap();
+    assert!(
+        program.stats().unshared_bytes >= 256 * 1024,
+        "runs on the pool"
+    );
+    (0..12usize).into_par_iter().for_each(|seed| {
+        let (a, b) = (square(n, seed), square(n, seed + 5));
+        let want: Vec<f32> = product(n, &a, &b).iter().map(|v| v.max(0.0)).collect();
+        let mut args = vec![
+            Array::new(&[n, n], a).unwrap(),
+            Array::new(&[n, n], b).unwrap(),
+        ];
+        let out = program.run(&mut args).unwrap();
+        assert_eq!(out[0].as_slice::<f32>().unwrap(), &want[..], "call {seed}");
+    });
+}

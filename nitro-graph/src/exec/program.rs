@@ -4,7 +4,7 @@
 //! generated kernels; [`super::Executable`] is either).
 
 use super::Array;
-use crate::backend::cpu::CpuExecutable;
+use crate::backend::cpu::{on_workers, CpuExecutable};
 use crate::error::{GraphError, Result};
 use crate::fusion::Rules;
 use crate::ir::{Graph, TensorSpec};
@@ -105,10 +105,11 @@ impl Program {
         // A large program runs on a rayon worker, so the thread stepping
         // through its kernels is one of the pool's threads rather than a
         // third one competing with the spinning workers (measured here: the
-        // MLP step 6.3-8.6 ms -> 5.9 ms, stable). A tiny one runs inline:
-        // waking a worker costs ~15 us, more than the whole call.
+        // MLP step 6.3-8.6 ms -> 5.9 ms, stable), and the other workers
+        // stay awake until it returns (`on_workers`). A tiny one runs
+        // inline: waking a worker costs ~15 us, more than the whole call.
         if d.stats().unshared_bytes >= INLINE_BELOW_BYTES {
-            rayon::scope(|_| self.exe.run(d.graph(), d.plan(), inputs, comm)).map_err(failed)
+            on_workers(|| self.exe.run(d.graph(), d.plan(), inputs, comm)).map_err(failed)
         } else {
             self.exe
                 .run(d.graph(), d.plan(), inputs, comm)
@@ -123,12 +124,22 @@ impl Program {
         self.desc.check_world(None)?;
         let d = &self.desc;
         let mut times = Vec::new();
-        self.exe
-            .run_timed(d.graph(), d.plan(), inputs, None, Some(&mut times))
-            .map_err(|source| GraphError::Collective {
-                program: d.name().to_string(),
-                source,
-            })?;
+        // On the thread `run` would use, so each kernel's time includes
+        // the same wake-ups (from the caller's thread every parallel
+        // kernel would also pay for waking the pool and being woken).
+        let mut timed = |times: &mut Vec<f64>| {
+            self.exe
+                .run_timed(d.graph(), d.plan(), inputs, None, Some(times))
+        };
+        if d.stats().unshared_bytes >= INLINE_BELOW_BYTES {
+            on_workers(|| timed(&mut times))
+        } else {
+            timed(&mut times)
+        }
+        .map_err(|source| GraphError::Collective {
+            program: d.name().to_string(),
+            source,
+        })?;
         let mut rows: Vec<(f64, String)> = times
             .into_iter()
             .zip(self.exe.describe(d.graph()))
