@@ -102,18 +102,22 @@ impl Program {
             program: d.name().to_string(),
             source,
         };
-        // A large program runs on a rayon worker, so the thread stepping
-        // through its kernels is one of the pool's threads rather than a
-        // third one competing with the spinning workers (measured here: the
-        // MLP step 6.3-8.6 ms -> 5.9 ms, stable), and the other workers
-        // stay awake until it returns (`on_workers`). A tiny one runs
-        // inline: waking a worker costs ~15 us, more than the whole call.
-        if d.stats().unshared_bytes >= INLINE_BELOW_BYTES {
-            on_workers(|| self.exe.run(d.graph(), d.plan(), inputs, comm)).map_err(failed)
+        self.on_its_thread(|| self.exe.run(d.graph(), d.plan(), inputs, comm))
+            .map_err(failed)
+    }
+
+    /// `f` where this program's kernels run. A large program runs on a
+    /// rayon worker, so the thread stepping through its kernels is one of
+    /// the pool's threads rather than a third one competing with the
+    /// spinning workers (measured here: the MLP step 6.3-8.6 ms -> 5.9 ms,
+    /// stable), and the other workers stay awake until it returns
+    /// (`on_workers`). A tiny one runs inline: waking a worker costs
+    /// ~15 us, more than the whole call.
+    fn on_its_thread<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        if self.desc.stats().unshared_bytes >= INLINE_BELOW_BYTES {
+            on_workers(f)
         } else {
-            self.exe
-                .run(d.graph(), d.plan(), inputs, comm)
-                .map_err(failed)
+            f()
         }
     }
 
@@ -127,15 +131,10 @@ impl Program {
         // On the thread `run` would use, so each kernel's time includes
         // the same wake-ups (from the caller's thread every parallel
         // kernel would also pay for waking the pool and being woken).
-        let mut timed = |times: &mut Vec<f64>| {
+        self.on_its_thread(|| {
             self.exe
-                .run_timed(d.graph(), d.plan(), inputs, None, Some(times))
-        };
-        if d.stats().unshared_bytes >= INLINE_BELOW_BYTES {
-            on_workers(|| timed(&mut times))
-        } else {
-            timed(&mut times)
-        }
+                .run_timed(d.graph(), d.plan(), inputs, None, Some(&mut times))
+        })
         .map_err(|source| GraphError::Collective {
             program: d.name().to_string(),
             source,

@@ -12,8 +12,9 @@
 //! otherwise spins with `thread::yield_now` (so an oversubscribed machine
 //! still gets its core back), as OpenMP runtimes keep their threads
 //! spinning between parallel regions. Measured on the Intel Xeon (avx512,
-//! 2 threads), alternated builds: MLP train step 4.38-4.51 -> 3.90-4.13 ms
-//! with workers that never sleep.
+//! 2 threads), alternated builds: MLP train step 4.30-4.74 -> 3.95-4.32
+//! ms, CNN train step 5.18-5.63 -> 4.81-5.05 ms, the same as with a rayon
+//! patched never to sleep.
 //!
 //! Keepers run only where every worker has a core of its own: a process
 //! bound to fewer cores than its pool has threads (`mpirun` binds each
