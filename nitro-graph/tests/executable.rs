@@ -134,33 +134,47 @@ fn product(n: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
     c
 }
 
-#[test]
-fn a_returned_output_is_the_callers_and_survives_the_next_call() {
-    // Large enough to run on the pool (a slot handed over, not copied),
-    // and one node returned under two names.
-    let n = 264;
+/// A program of two `[n, n]` f32 inputs `a` and `b` returning `outputs`,
+/// checked to be large enough to run on the pool.
+fn pooled_program(
+    n: usize,
+    outputs: impl FnOnce(&[nitro_graph::Tensor]) -> Vec<(String, nitro_graph::Tensor)>,
+) -> nitro_graph::Program {
     let spec = TensorSpec::f32(&[n, n]);
     let program = nitro_graph::compile(
         &[("a", spec.clone()), ("b", spec)],
         CompileOptions::named("mm"),
-        |_, t| {
-            let c = t[0].matmul(&t[1]);
-            Ok(vec![("c".into(), c.clone()), ("again".into(), c)])
-        },
+        |_, t| Ok(outputs(t)),
     )
     .unwrap();
     assert!(
         program.stats().unshared_bytes >= 256 * 1024,
         "runs on the pool"
     );
+    program
+}
+
+/// The arguments `a` and `b` as `[n, n]` arrays.
+fn square_args(n: usize, a: Vec<f32>, b: Vec<f32>) -> Vec<Array> {
+    vec![
+        Array::new(&[n, n], a).unwrap(),
+        Array::new(&[n, n], b).unwrap(),
+    ]
+}
+
+#[test]
+fn a_returned_output_is_the_callers_and_survives_the_next_call() {
+    // Large enough to run on the pool (a slot handed over, not copied),
+    // and one node returned under two names.
+    let n = 264;
+    let program = pooled_program(n, |t| {
+        let c = t[0].matmul(&t[1]);
+        vec![("c".into(), c.clone()), ("again".into(), c)]
+    });
     let call = |seed: usize| {
         let (a, b) = (square(n, seed), square(n, seed + 1));
         let want = product(n, &a, &b);
-        let mut args = vec![
-            Array::new(&[n, n], a).unwrap(),
-            Array::new(&[n, n], b).unwrap(),
-        ];
-        (program.run(&mut args).unwrap(), want)
+        (program.run(&mut square_args(n, a, b)).unwrap(), want)
     };
     let (first, want1) = call(1);
     let (second, want2) = call(2);
@@ -182,25 +196,11 @@ fn programs_called_from_inside_the_pool_finish_with_the_right_values() {
     use nitro_graph::nn::ops::relu;
     use rayon::prelude::*;
     let n = 192;
-    let spec = TensorSpec::f32(&[n, n]);
-    let program = nitro_graph::compile(
-        &[("a", spec.clone()), ("b", spec)],
-        CompileOptions::named("mm"),
-        |_, t| Ok(vec![("c".into(), relu(&t[0].matmul(&t[1])))]),
-    )
-    .unwrap();
-    assert!(
-        program.stats().unshared_bytes >= 256 * 1024,
-        "runs on the pool"
-    );
+    let program = pooled_program(n, |t| vec![("c".into(), relu(&t[0].matmul(&t[1])))]);
     (0..12usize).into_par_iter().for_each(|seed| {
         let (a, b) = (square(n, seed), square(n, seed + 5));
         let want: Vec<f32> = product(n, &a, &b).iter().map(|v| v.max(0.0)).collect();
-        let mut args = vec![
-            Array::new(&[n, n], a).unwrap(),
-            Array::new(&[n, n], b).unwrap(),
-        ];
-        let out = program.run(&mut args).unwrap();
+        let out = program.run(&mut square_args(n, a, b)).unwrap();
         assert_eq!(out[0].as_slice::<f32>().unwrap(), &want[..], "call {seed}");
     });
 }
