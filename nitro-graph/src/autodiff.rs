@@ -212,11 +212,12 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             UnaryOp::Erf => Some(g * (-(x * x)).exp() * (2.0 / std::f64::consts::PI.sqrt())),
             // d/dx x Φ(x) = Φ(x) + x φ(x), φ(x) = e^(-x²/2) / √(2π); again
             // from x alone, so the forward stores nothing but its output.
-            UnaryOp::Gelu => {
-                let cdf = ((x * std::f64::consts::FRAC_1_SQRT_2).erf() + 1.0) * 0.5;
+            UnaryOp::Gelu => Some(g * x.gelu_erf_grad()),
+            // d/dx (Φ(x) + x φ(x)) = 2 φ(x) + x φ'(x) = φ(x) (2 - x²).
+            UnaryOp::GeluGrad => {
                 let pdf = (x * x * -0.5).exp()
                     * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
-                Some(g * (cdf + x * pdf))
+                Some(g * pdf * (2.0 - x * x))
             }
         }],
         Op::Binary(b) => {

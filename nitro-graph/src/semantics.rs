@@ -82,12 +82,13 @@ impl UnaryOp {
             | UnaryOp::Recip
             | UnaryOp::Floor
             | UnaryOp::Erf
-            | UnaryOp::Gelu => None,
+            | UnaryOp::Gelu
+            | UnaryOp::GeluGrad => None,
         }
     }
 
     /// Every unary op (for tests and listings).
-    pub const ALL: [UnaryOp; 14] = [
+    pub const ALL: [UnaryOp; 15] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -102,6 +103,7 @@ impl UnaryOp {
         UnaryOp::Floor,
         UnaryOp::Erf,
         UnaryOp::Gelu,
+        UnaryOp::GeluGrad,
     ];
 }
 
@@ -161,6 +163,8 @@ pub trait FloatElem:
     const HALF: Self;
     /// 1/√2
     const FRAC_1_SQRT_2: Self;
+    /// 1/√(2π), computed as (1/2)(2/√π)(1/√2) in f64 and rounded once
+    const FRAC_1_SQRT_2PI: Self;
     /// e^x
     fn exp(self) -> Self;
     /// ln x
@@ -192,6 +196,8 @@ macro_rules! float_elem {
             const ONE: Self = 1.0;
             const HALF: Self = 0.5;
             const FRAC_1_SQRT_2: Self = std::f64::consts::FRAC_1_SQRT_2 as $t;
+            const FRAC_1_SQRT_2PI: Self =
+                (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2) as $t;
             #[inline(always)]
             fn exp(self) -> Self {
                 $exp(self)
@@ -327,6 +333,12 @@ pub fn float_unary<T: FloatElem>(op: UnaryOp, x: T) -> T {
         UnaryOp::Floor => x.floor(),
         UnaryOp::Erf => x.erf(),
         UnaryOp::Gelu => x * T::HALF * (T::ONE + (x * T::FRAC_1_SQRT_2).erf()),
+        // Φ(x) + x φ(x), term by term as the composite wrote it.
+        UnaryOp::GeluGrad => {
+            let cdf = ((x * T::FRAC_1_SQRT_2).erf() + T::ONE) * T::HALF;
+            let pdf = (x * x * -T::HALF).exp() * T::FRAC_1_SQRT_2PI;
+            cdf + x * pdf
+        }
     }
 }
 
@@ -459,6 +471,10 @@ macro_rules! each_float_unary {
             }
             U::Gelu => {
                 const $OP: U = U::Gelu;
+                $body
+            }
+            U::GeluGrad => {
+                const $OP: U = U::GeluGrad;
                 $body
             }
         }

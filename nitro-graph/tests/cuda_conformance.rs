@@ -204,6 +204,7 @@ conformance! {
                     UnaryOp::Floor => |_, x| x[0].floor(),
                     UnaryOp::Erf => |_, x| x[0].erf(),
                     UnaryOp::Gelu => |_, x| x[0].gelu_erf(),
+                    UnaryOp::GeluGrad => |_, x| x[0].gelu_erf_grad(),
                 };
                 rows.push(Row {
                     name: format!("{op:?}"),

@@ -134,6 +134,34 @@ fn erf_and_exact_gelu_match_the_series_in_f64_and_f32() {
 }
 
 #[test]
+fn the_exact_gelu_derivative_matches_its_closed_form_and_finite_differences() {
+    // d/dx x Φ(x) = Φ(x) + x φ(x), written from the series erf and the
+    // textbook normal density: independent of the primitive's own formula.
+    let want = |x: f64| {
+        let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        0.5 * (1.0 + erf_ref(x / std::f64::consts::SQRT_2)) + x * pdf
+    };
+    let x: Vec<f64> = (0..2001).map(|i| -6.0 + i as f64 * 0.006).collect();
+    let got = run(&[vec![x.len()]], &[x.clone()], |_, t| t[0].gelu_erf_grad()).to_f64_vec();
+    let want64: Vec<f64> = x.iter().map(|&v| want(v)).collect();
+    assert_close(&got, &want64, 1e-10);
+    // f32: the erf's 1.2e-7 (halved by Φ), exp's and the sum's roundings.
+    let x32: Vec<f64> = x.iter().map(|&v| v as f32 as f64).collect();
+    for (&v, g) in x32.iter().zip(&run_f32(&x32, |t| t.gelu_erf_grad())) {
+        let tol = 1e-7 + 2.4e-7 * want(v).abs();
+        assert!(
+            (g - want(v)).abs() <= tol,
+            "f32 gelu'({v}) = {g}, want {}",
+            want(v)
+        );
+    }
+    // Its own VJP (GELU's second derivative, φ(x)(2 - x²)) by finite
+    // differences, and GELU's first through it once more.
+    check_grad(&[vec![7]], 3, |_, t| (&t[0] * 2.5).gelu_erf_grad());
+    check_grad(&[vec![7]], 7, |_, t| gelu_erf(&(&t[0] * 1.5)).exp());
+}
+
+#[test]
 fn dropout_rate_scaling_same_key_same_mask_and_eval_identity() {
     let n = 20_000;
     let x: Vec<f64> = (0..n).map(|i| 1.0 + (i % 7) as f64).collect();

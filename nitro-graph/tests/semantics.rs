@@ -42,6 +42,7 @@ fn apply_unary(op: UnaryOp, x: &Tensor) -> Tensor {
         UnaryOp::Floor => x.floor(),
         UnaryOp::Erf => x.erf(),
         UnaryOp::Gelu => x.gelu_erf(),
+        UnaryOp::GeluGrad => x.gelu_erf_grad(),
     }
 }
 

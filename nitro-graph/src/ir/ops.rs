@@ -45,6 +45,11 @@ pub enum UnaryOp {
     /// `nn.GELU()`): a primitive so that its backward reads only x, where
     /// the composite kept every intermediate of the erf for autodiff.
     Gelu,
+    /// The derivative of exact GELU, Φ(x) + x φ(x), with φ(x) =
+    /// e^(-x²/2) / √(2π): a primitive so that the backward of `Gelu` is one
+    /// instruction of a fused loop (one erf, one exp) instead of a dozen,
+    /// evaluated in the same order as the composite it replaces.
+    GeluGrad,
 }
 
 /// Elementwise functions of two arguments of equal shape and dtype.

@@ -104,6 +104,8 @@ impl Tensor {
         erf => Erf,
         /// Exact GELU, x Φ(x) = x (1 + erf(x / √2)) / 2
         gelu_erf => Gelu,
+        /// d/dx of exact GELU, Φ(x) + x φ(x) (its backward)
+        gelu_erf_grad => GeluGrad,
     }
 
     binary_methods! {

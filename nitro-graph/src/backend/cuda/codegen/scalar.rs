@@ -54,6 +54,26 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
             };
             format!("{a} * {half} * ({one} + {erf}({a} * {rsqrt2}))")
         }
+        UnaryOp::GeluGrad => {
+            let (half, rsqrt2, pdf, erf, exp) = if ty == "float" {
+                (
+                    "0.5f",
+                    "0.70710678118654752f",
+                    "0.39894228040143268f",
+                    "nitro_erf_f32",
+                    "nitro_exp_f32",
+                )
+            } else {
+                (
+                    "0.5",
+                    "0.70710678118654752440",
+                    "0.39894228040143267794",
+                    "erf",
+                    "exp",
+                )
+            };
+            format!("(({erf}({a} * {rsqrt2}) + {one}) * {half} + {a} * ({exp}({a} * {a} * -{half}) * {pdf}))")
+        }
         UnaryOp::Recip => format!("{one} / {a}"),
         UnaryOp::Sigmoid => {
             let e = if ty == "float" {
