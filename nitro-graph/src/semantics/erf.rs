@@ -33,7 +33,12 @@ const BETA: [f64; 5] = [
 /// erf x for f32: the fit (its own error is about 6e-8, one ulp at 1)
 /// evaluated in f64 (its Horner steps fused multiply-adds, see
 /// [`super::exp`]), where the eleven Horner steps of an f32 evaluation
-/// would add up to 4e-7, and rounded once. Absolute error below 1.2e-7 on
+/// would add up to 4e-7, and rounded once. The quotient is `x p · (1/q)`
+/// with 1/q an f32 division refined by one Newton step in f64 (relative
+/// error ~1e-14, far under f32's half ulp of 3e-8): an f64 division was
+/// most of the function's time (16 lanes of f32 divide for the price of
+/// about 5 of f64), and the result rounds to the same f32 as `x p / q` on
+/// every input of a 768k-point sweep of [-5, 5]. Absolute error below 1.2e-7 on
 /// every input, relative error below 2e-7 near 0, never outside [-1, 1];
 /// NaN stays NaN, ±inf give ±1. Still branch-free, so it vectorises (four
 /// lanes of f64 under AVX2).
@@ -50,8 +55,11 @@ pub fn erf_f32(x: f32) -> f32 {
     for &c in &BETA[1..] {
         q = q.mul_add(x2, c);
     }
+    // q <= -0.014 on the clamped range: never 0, never out of f32's range.
+    let r0 = (1.0f32 / q as f32) as f64;
+    let r = r0.mul_add((-q).mul_add(r0, 1.0), r0);
     // The fit overshoots ±1 by a hair near the clamp; erf never does.
-    ((x * p / q) as f32).clamp(-1.0, 1.0)
+    ((x * p * r) as f32).clamp(-1.0, 1.0)
 }
 
 /// erf x in f64 (libm's, under 1 ulp).
@@ -99,6 +107,25 @@ mod tests {
         assert_eq!(erf_f64(-0.7), -erf_f64(0.7));
         let tiny = 1e-10;
         assert!((erf_f64(tiny) - 2.0 * tiny / std::f64::consts::PI.sqrt()).abs() < 1e-25);
+    }
+
+    /// The fit with the quotient taken by an f64 division, as the f32 erf
+    /// computed it before the Newton reciprocal.
+    fn erf_f32_by_division(x: f32) -> f32 {
+        let x = x.clamp(-4.0, 4.0) as f64;
+        let x2 = x * x;
+        let p = ALPHA[1..].iter().fold(ALPHA[0], |p, &c| p.mul_add(x2, c));
+        let q = BETA[1..].iter().fold(BETA[0], |q, &c| q.mul_add(x2, c));
+        ((x * p / q) as f32).clamp(-1.0, 1.0)
+    }
+
+    #[test]
+    fn the_newton_reciprocal_rounds_like_the_division() {
+        let mut x = -5.0f32;
+        while x < 5.0 {
+            assert_eq!(erf_f32(x), erf_f32_by_division(x), "erf({x})");
+            x += 1.3e-5;
+        }
     }
 
     #[test]

@@ -113,7 +113,10 @@ __device__ __forceinline__ float nitro_erf_f32(float xf) {
     for (int i = 1; i < 7; i++) p = fma(p, x2, a[i]);
     double q = b[0];
     for (int i = 1; i < 5; i++) q = fma(q, x2, b[i]);
-    float y = (float)(x * p / q);
+    // 1/q as the CPU computes it: an f32 division, one Newton step in f64.
+    double r0 = (double)(1.0f / (float)q);
+    double r = fma(r0, fma(-q, r0, 1.0), r0);
+    float y = (float)(x * p * r);
     return y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
 }
 
