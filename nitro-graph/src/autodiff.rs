@@ -8,6 +8,7 @@
 
 use crate::error::{GraphError, Result};
 use crate::ir::{BinaryOp, NodeId, Op, UnaryOp};
+use crate::semantics::FloatElem;
 use crate::trace::{Tensor, Tracer};
 use nitro_device::DType;
 use std::collections::HashMap;
@@ -215,8 +216,7 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             UnaryOp::Gelu => Some(g * x.gelu_erf_grad()),
             // d/dx (Φ(x) + x φ(x)) = 2 φ(x) + x φ'(x) = φ(x) (2 - x²).
             UnaryOp::GeluGrad => {
-                let pdf = (x * x * -0.5).exp()
-                    * (0.5 * std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2);
+                let pdf = (x * x * -0.5).exp() * <f64 as FloatElem>::FRAC_1_SQRT_2PI;
                 Some(g * pdf * (2.0 - x * x))
             }
         }],

@@ -10,7 +10,7 @@ use crate::fusion::Rules;
 use crate::ir::{Graph, TensorSpec};
 pub use crate::lower::{CompileOptions, ProgramDesc, ProgramStats};
 use crate::trace::{trace, Tensor, Tracer};
-use nitro_device::collective::Communicator;
+use nitro_device::collective::{CollectiveError, Communicator};
 use std::time::Instant;
 
 /// Programs whose intermediates total less than this run on the calling
@@ -98,12 +98,16 @@ impl Program {
         self.check_signature(inputs)?;
         self.desc.check_world(comm)?;
         let d = &self.desc;
-        let failed = |source| GraphError::Collective {
-            program: d.name().to_string(),
-            source,
-        };
         self.on_its_thread(|| self.exe.run(d.graph(), d.plan(), inputs, comm))
-            .map_err(failed)
+            .map_err(|source| self.collective_error(source))
+    }
+
+    /// A failed collective of this program, named.
+    fn collective_error(&self, source: CollectiveError) -> GraphError {
+        GraphError::Collective {
+            program: self.desc.name().to_string(),
+            source,
+        }
     }
 
     /// `f` where this program's kernels run. A large program runs on a
@@ -135,10 +139,7 @@ impl Program {
             self.exe
                 .run_timed(d.graph(), d.plan(), inputs, None, Some(&mut times))
         })
-        .map_err(|source| GraphError::Collective {
-            program: d.name().to_string(),
-            source,
-        })?;
+        .map_err(|source| self.collective_error(source))?;
         let mut rows: Vec<(f64, String)> = times
             .into_iter()
             .zip(self.exe.describe(d.graph()))
