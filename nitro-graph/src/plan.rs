@@ -120,7 +120,8 @@ pub fn kernel_reads(graph: &Graph, kernel: &Kernel) -> Vec<NodeId> {
 }
 
 /// The slots kernel `k` may write its stored member `p` into over one of
-/// its own inputs: slots of values that die at `k` (no later reader, not a
+/// its own inputs (and an all-reduce, the slot of its dying argument):
+/// slots of values that die at `k` (no later reader, not a
 /// program output) and that the group reads only contiguously, i.e.
 /// element `i` of a chunk where it writes element `i` of that chunk, after
 /// every read of the chunk (how the CPU chunk loop and the CUDA threads
@@ -141,6 +142,16 @@ fn overwritable_input(
     let (group, operands) = match kernel {
         Kernel::Fused(g) => (g, &[][..]),
         Kernel::Epilogue { matmul, group } => (group, graph.nodes[*matmul].args.as_slice()),
+        // An all-reduce sums its argument's buffer where it is when the
+        // argument dies there (the flat gradient of a data-parallel step):
+        // no gradient-sized copy into a buffer of its own.
+        Kernel::Single(n) if *n == p && matches!(graph.nodes[p].op, Op::AllReduceSum { .. }) => {
+            let b = base_of(graph, graph.nodes[p].args[0]);
+            return match plan.storage[b] {
+                Storage::Slot(s) if last_read[b] == Some(k) && !is_output[b] => vec![s],
+                _ => vec![],
+            };
+        }
         _ => return vec![],
     };
     if !group.stores.contains(&p) {

@@ -390,3 +390,84 @@ fn pieces_cut_from_the_reduced_buffer_are_read_in_place_with_the_summed_values()
     assert_eq!(out[0].as_slice::<f32>().unwrap(), want_a.as_slice());
     assert_eq!(out[1].as_slice::<f32>().unwrap(), want_b.as_slice());
 }
+
+#[test]
+fn the_sum_takes_a_dying_argument_s_buffer_and_never_one_read_later() {
+    use nitro_graph::ir::Op;
+    use nitro_graph::plan::Storage;
+    // The data-parallel shape: gradients flattened by a concat that only
+    // the all-reduce reads. The sum is made in the concat's own buffer.
+    let p = compile(
+        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2]))],
+        CompileOptions::named("flat"),
+        |_, t| {
+            let flat = nitro_graph::Tensor::concat(&[&t[0] * 2.0, t[1].exp()], 0)?;
+            Ok(vec![("s".into(), flat.all_reduce_sum(2))])
+        },
+    )
+    .unwrap();
+    let (graph, plan) = (p.desc().graph(), p.desc().plan());
+    let sum = (0..graph.nodes.len())
+        .find(|&n| matches!(graph.nodes[n].op, Op::AllReduceSum { .. }))
+        .unwrap();
+    let arg = graph.nodes[sum].args[0];
+    assert!(matches!(plan.storage[sum], Storage::Slot(_)));
+    assert_eq!(
+        plan.storage[sum], plan.storage[arg],
+        "the sum has a buffer of its own"
+    );
+    let comm = OtherRanksHold {
+        world: 2,
+        other: 1.0,
+        calls: AtomicUsize::new(0),
+    };
+    let (a, b) = ([1.0f32, -2.0, 0.5], [0.0f32, 1.0]);
+    let out = p
+        .run_with(
+            &mut [
+                Array::from_vec(&[3], a.to_vec()).unwrap(),
+                Array::from_vec(&[2], b.to_vec()).unwrap(),
+            ],
+            &comm,
+        )
+        .unwrap();
+    let want: Vec<f32> = a
+        .iter()
+        .map(|&x| 2.0 * x + 1.0)
+        .chain(b.iter().map(|&x| x.exp() + 1.0))
+        .collect();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), want.as_slice());
+
+    // An argument read after the sum keeps its own value: `s + x` and `x`
+    // returned beside it see x, not the sum written over it.
+    let p = compile(
+        &[("g", TensorSpec::f32(&[4]))],
+        CompileOptions::named("kept"),
+        |_, t| {
+            let x = &t[0] * 2.0;
+            let s = x.all_reduce_sum(2);
+            Ok(vec![("y".into(), &s + &x), ("x".into(), x)])
+        },
+    )
+    .unwrap();
+    let (graph, plan) = (p.desc().graph(), p.desc().plan());
+    let sum = (0..graph.nodes.len())
+        .find(|&n| matches!(graph.nodes[n].op, Op::AllReduceSum { .. }))
+        .unwrap();
+    assert_ne!(plan.storage[sum], plan.storage[graph.nodes[sum].args[0]]);
+    let g = [1.0f32, -3.0, 0.25, 8.0];
+    let out = p
+        .run_with(&mut [Array::from_vec(&[4], g.to_vec()).unwrap()], &comm)
+        .unwrap();
+    let y: Vec<f32> = g.iter().map(|&v| (2.0 * v + 1.0) + 2.0 * v).collect();
+    let x: Vec<f32> = g.iter().map(|&v| 2.0 * v).collect();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), y.as_slice());
+    assert_eq!(out[1].as_slice::<f32>().unwrap(), x.as_slice());
+    // Profiled in the group, the all-reduce is one of the kernels timed.
+    let calls = comm.calls.load(Ordering::SeqCst);
+    let rows = p
+        .profile_with(&mut [Array::from_vec(&[4], g.to_vec()).unwrap()], &comm)
+        .unwrap();
+    assert!(rows.iter().any(|(_, k)| k.contains("all_reduce_sum")), "{rows:?}");
+    assert_eq!(comm.calls.load(Ordering::SeqCst), calls + 1);
+}

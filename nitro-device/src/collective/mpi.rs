@@ -21,7 +21,7 @@
 //! `MPI_THREAD_SERIALIZED`): a program may run its collective on any
 //! thread, one at a time.
 
-use super::order::{chunk_range, sum_in_rank_order, Summable};
+use super::order::{chunk_range, sum_into_own, Summable};
 use super::{summable, Backend, CollectiveError, Communicator, Launch};
 use crate::HostBuffer;
 use mpi::environment::{Threading, Universe};
@@ -49,6 +49,8 @@ pub(super) struct MpiCommunicator {
     comm: ffi::MPI_Comm,
     /// Serialises MPI calls; holds the first failure once there is one.
     state: Mutex<Option<String>>,
+    /// The all-reduce's receive buffers, kept between calls.
+    scratch: Mutex<Scratch>,
     universe: Option<Universe>,
 }
 
@@ -112,6 +114,15 @@ mpi_element!(f64, RSMPI_DOUBLE);
 mpi_element!(i32, RSMPI_INT32_T);
 mpi_element!(i64, RSMPI_INT64_T);
 mpi_element!(u8, RSMPI_UINT8_T);
+
+/// Receive buffers of the all-reduce, one per summable dtype.
+#[derive(Default)]
+struct Scratch {
+    f32: Vec<f32>,
+    f64: Vec<f64>,
+    i32: Vec<i32>,
+    i64: Vec<i64>,
+}
 
 /// One posted message: its request, the peer, and for a receive the
 /// element count it must deliver.
@@ -358,6 +369,7 @@ impl MpiCommunicator {
                 timeout,
                 comm,
                 state: Mutex::new(None),
+                scratch: Mutex::new(Scratch::default()),
                 universe: Some(universe),
             },
             local_rank,
@@ -386,55 +398,46 @@ impl MpiCommunicator {
         result
     }
 
-    /// The owner all-reduce of `data` (see [`super::order`]).
+    /// The owner all-reduce of `data` (see [`super::order`]). `scratch`
+    /// receives the peers' parts of this rank's chunk; it is kept between
+    /// calls (a fresh zeroed buffer per call cost a memset and page faults
+    /// of half the gradient every step).
     fn all_reduce<T: Summable + MpiElement>(
         &self,
         op: &'static str,
         data: &mut Vec<T>,
+        scratch: &mut Vec<T>,
     ) -> Result<(), CollectiveError> {
         let (me, world, n) = (self.rank, self.world_size, data.len());
         let started = Instant::now();
-        // The buffer is moved out for the exchange (no copy): pending
+        // The buffers are moved out for the exchange (no copy): pending
         // messages read and write `work` and `parts`, never memory the
         // caller gets back, so a failure leaks them (leaving the caller an
         // empty buffer) instead of freeing them under MPI.
         let mut work: Vec<T> = std::mem::take(data);
+        let mut parts: Vec<T> = std::mem::take(scratch);
         let mine = chunk_range(n, world, me);
-        let mut parts: Vec<Vec<T>> = (0..world)
-            .map(|q| {
-                if q == me {
-                    Vec::new()
-                } else {
-                    vec![T::default(); mine.len()]
-                }
-            })
-            .collect();
+        // One part per rank, this rank's own unused: the owner's chunk is
+        // at most one element longer than any other's.
+        parts.resize(world * mine.len(), T::default());
         let outcome = (|| {
             let mut ex = Exchange::new(self, op);
+            let len = mine.len();
             for q in (0..world).filter(|&q| q != me) {
                 // SAFETY: `work` and `parts` outlive the wait, or are
                 // leaked below when it fails.
                 unsafe {
-                    ex.recv(&mut parts[q], q, TAG_REDUCE)?;
+                    ex.recv(&mut parts[q * len..(q + 1) * len], q, TAG_REDUCE)?;
                     ex.send(&work[chunk_range(n, world, q)], q, TAG_REDUCE)?;
                 }
             }
             ex.wait::<T>(started)?;
-            // This rank's chunk, summed in rank order: into a scratch
-            // chunk (the sum reads `work[mine]` as rank `me`'s part), then
-            // back in place.
-            let mut summed = vec![T::default(); mine.len()];
-            let ordered: Vec<&[T]> = (0..world)
-                .map(|q| {
-                    if q == me {
-                        &work[mine.clone()]
-                    } else {
-                        parts[q].as_slice()
-                    }
-                })
+            // This rank's chunk, summed in rank order in place: its own
+            // part is read element by element before it is overwritten.
+            let others: Vec<Option<&[T]>> = (0..world)
+                .map(|q| (q != me).then(|| &parts[q * mine.len()..(q + 1) * mine.len()]))
                 .collect();
-            sum_in_rank_order(&ordered, &mut summed);
-            work[mine.clone()].copy_from_slice(&summed);
+            sum_into_own(&others, &mut work[mine.clone()]);
             let mut ex = Exchange::new(self, op);
             let base = work.as_mut_ptr();
             for q in (0..world).filter(|&q| q != me) {
@@ -454,6 +457,7 @@ impl MpiCommunicator {
         match outcome {
             Ok(()) => {
                 *data = work;
+                *scratch = parts;
                 Ok(())
             }
             Err(e) => {
@@ -535,12 +539,16 @@ impl Communicator for MpiCommunicator {
         if self.world_size == 1 {
             return Ok(());
         }
-        self.guarded("all_reduce_sum", || match buf {
-            HostBuffer::F32(v) => self.all_reduce("all_reduce_sum", v),
-            HostBuffer::F64(v) => self.all_reduce("all_reduce_sum", v),
-            HostBuffer::I32(v) => self.all_reduce("all_reduce_sum", v),
-            HostBuffer::I64(v) => self.all_reduce("all_reduce_sum", v),
-            _ => unreachable!("checked summable above"),
+        let op = "all_reduce_sum";
+        self.guarded(op, || {
+            let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+            match buf {
+                HostBuffer::F32(v) => self.all_reduce(op, v, &mut s.f32),
+                HostBuffer::F64(v) => self.all_reduce(op, v, &mut s.f64),
+                HostBuffer::I32(v) => self.all_reduce(op, v, &mut s.i32),
+                HostBuffer::I64(v) => self.all_reduce(op, v, &mut s.i64),
+                _ => unreachable!("checked summable above"),
+            }
         })
     }
 
@@ -568,7 +576,7 @@ impl Communicator for MpiCommunicator {
         // message, so no rank leaves before all arrived, and a missing one
         // is named by every other.
         self.guarded("barrier", || {
-            self.all_reduce::<i32>("barrier", &mut Vec::new())
+            self.all_reduce::<i32>("barrier", &mut Vec::new(), &mut Vec::new())
         })
     }
 }

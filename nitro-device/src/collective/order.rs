@@ -3,7 +3,7 @@
 //! A buffer of `n` elements is cut into `world` contiguous chunks
 //! ([`chunk_range`]); rank `c` *owns* chunk `c`. Every rank sends chunk `c`
 //! of its buffer to owner `c`; the owner adds the `world` contributions in
-//! rank order, starting from rank 0's value ([`sum_in_rank_order`]):
+//! rank order, starting from rank 0's value ([`sum_into_own`]):
 //!
 //! ```text
 //! out[i] = ((x_0[i] + x_1[i]) + x_2[i]) + ... + x_{world-1}[i]
@@ -61,17 +61,34 @@ impl Summable for i64 {
     }
 }
 
-/// `out[i] = parts[0][i] + parts[1][i] + ...`, added in the order of
-/// `parts` (rank order). Every part has `out.len()` elements.
-pub fn sum_in_rank_order<T: Summable>(parts: &[&[T]], out: &mut [T]) {
-    let Some((first, rest)) = parts.split_first() else {
-        return;
-    };
-    out.copy_from_slice(first);
-    for part in rest {
-        for (o, &x) in out.iter_mut().zip(part.iter()) {
-            *o = o.add(x);
+/// `own[i] = parts[0][i] + parts[1][i] + ...`, added in the order of
+/// `parts` (rank order), where the owner's own part is `own` itself (its
+/// entry in `parts` is `None`) and is overwritten by the sum. Every other
+/// part has `own.len()` elements.
+///
+/// Summed a block at a time through a small accumulator, so the fold reads
+/// each part once and needs no chunk-sized scratch buffer, whichever rank
+/// the owner is.
+pub fn sum_into_own<T: Summable>(parts: &[Option<&[T]>], own: &mut [T]) {
+    const BLOCK: usize = 256;
+    let mut acc = [T::default(); BLOCK];
+    for (b, block) in own.chunks_mut(BLOCK).enumerate() {
+        let (at, len) = (b * BLOCK, block.len());
+        let acc = &mut acc[..len];
+        for (q, part) in parts.iter().enumerate() {
+            let src: &[T] = match part {
+                Some(p) => &p[at..at + len],
+                None => block,
+            };
+            if q == 0 {
+                acc.copy_from_slice(src);
+            } else {
+                for (a, &x) in acc.iter_mut().zip(src) {
+                    *a = a.add(x);
+                }
+            }
         }
+        block.copy_from_slice(acc);
     }
 }
 
@@ -93,27 +110,39 @@ mod tests {
             prop_assert_eq!(next, n);
         }
 
+        /// Whichever rank owns the chunk, and across block boundaries.
         #[test]
-        fn sum_is_the_left_fold(xs in proptest::collection::vec(
-            proptest::collection::vec(-1e30f32..1e30, 5), 1..6)) {
-            let parts: Vec<&[f32]> = xs.iter().map(|v| v.as_slice()).collect();
-            let mut out = vec![0.0; 5];
-            sum_in_rank_order(&parts, &mut out);
-            for i in 0..5 {
+        fn sum_is_the_left_fold(
+            xs in (1usize..6, 0usize..600).prop_flat_map(|(world, n)| (
+                proptest::collection::vec(proptest::collection::vec(-1e30f32..1e30, n), world),
+                0..world,
+            ))
+        ) {
+            let (xs, me) = xs;
+            let n = xs[0].len();
+            let mut own = xs[me].clone();
+            let parts: Vec<Option<&[f32]>> = xs
+                .iter()
+                .enumerate()
+                .map(|(q, v)| (q != me).then_some(v.as_slice()))
+                .collect();
+            sum_into_own(&parts, &mut own);
+            for i in 0..n {
                 let mut s = xs[0][i];
                 for x in &xs[1..] {
                     s += x[i];
                 }
-                prop_assert_eq!(out[i].to_bits(), s.to_bits());
+                prop_assert_eq!(own[i].to_bits(), s.to_bits());
             }
         }
     }
 
     #[test]
     fn negative_zero_survives() {
-        let (a, b) = ([-0.0f64], [-0.0f64]);
-        let mut out = [1.0];
-        sum_in_rank_order(&[&a, &b], &mut out);
-        assert!(out[0] == 0.0 && out[0].is_sign_negative());
+        // Owned by rank 1: rank 0's value starts the sum, not zero.
+        let a = [-0.0f64];
+        let mut own = [-0.0f64];
+        sum_into_own(&[Some(&a), None], &mut own);
+        assert!(own[0] == 0.0 && own[0].is_sign_negative());
     }
 }

@@ -128,8 +128,25 @@ impl Program {
     /// Run once and report each kernel's wall time in milliseconds, with
     /// its description, slowest first (a poor man's profiler).
     pub fn profile(&self, inputs: &mut [Array]) -> Result<Vec<(f64, String)>> {
+        self.profile_inner(inputs, None)
+    }
+
+    /// [`Program::profile`] in a process group, as [`Program::run_with`].
+    pub fn profile_with(
+        &self,
+        inputs: &mut [Array],
+        comm: &dyn Communicator,
+    ) -> Result<Vec<(f64, String)>> {
+        self.profile_inner(inputs, Some(comm))
+    }
+
+    fn profile_inner(
+        &self,
+        inputs: &mut [Array],
+        comm: Option<&dyn Communicator>,
+    ) -> Result<Vec<(f64, String)>> {
         self.check_signature(inputs)?;
-        self.desc.check_world(None)?;
+        self.desc.check_world(comm)?;
         let d = &self.desc;
         let mut times = Vec::new();
         // On the thread `run` would use, so each kernel's time includes
@@ -137,7 +154,7 @@ impl Program {
         // kernel would also pay for waking the pool and being woken).
         self.on_its_thread(|| {
             self.exe
-                .run_timed(d.graph(), d.plan(), inputs, None, Some(&mut times))
+                .run_timed(d.graph(), d.plan(), inputs, comm, Some(&mut times))
         })
         .map_err(|source| self.collective_error(source))?;
         let mut rows: Vec<(f64, String)> = times

@@ -6,7 +6,8 @@
 //! program, so one program serves every call and a group is never baked in.
 //! It reduces host buffers it owns. Where the output has a workspace slot
 //! of its own size, that slot *is* the buffer reduced ([`into_slot`]): the
-//! argument is copied in once and the sum arrives in place. Otherwise
+//! argument is copied in once (or not at all when the plan gave the sum the
+//! dying argument's own slot) and the sum arrives in place. Otherwise
 //! ([`into_raw`]) a staging buffer is reduced and copied out, one more
 //! gradient-sized copy per call.
 
@@ -25,8 +26,12 @@ pub(super) fn into_slot(
     comm: Option<&dyn Communicator>,
 ) -> Result<(), CollectiveError> {
     summable(src.dtype)?;
-    // A stored single kernel's output never aliases its argument.
-    copy(src, Raw::of(slot));
+    // The plan gives the sum its argument's own slot when the argument
+    // dies here; then the argument is already in place.
+    let dst = Raw::of(slot);
+    if src.ptr::<u8>() != dst.ptr::<u8>() {
+        copy(src, dst);
+    }
     match comm {
         Some(comm) => comm.all_reduce_sum(slot),
         None => Ok(()),
