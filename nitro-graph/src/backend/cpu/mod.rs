@@ -355,12 +355,12 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
             movement::scatter(arg(0), out, arg_shape(0), &strides, offset);
         }
         Op::Concat { axis } => {
-            let base = strides_of(shape);
-            let mut at = 0;
-            for i in 0..node.args.len() {
-                movement::scatter(arg(i), out, arg_shape(i), &base, at * base[*axis]);
-                at += arg_shape(i)[*axis];
-            }
+            let after: usize = shape[axis + 1..].iter().product();
+            let srcs: Vec<Raw> = (0..node.args.len()).map(arg).collect();
+            let widths: Vec<usize> = (0..node.args.len())
+                .map(|i| arg_shape(i)[*axis] * after)
+                .collect();
+            movement::concat(&srcs, &widths, out);
         }
         Op::Take => movement::take(arg(0), arg(1), out, arg_shape(0)[0]),
         Op::ScatterAdd { rows } => movement::scatter_add(arg(0), arg(1), out, *rows),

@@ -1,6 +1,7 @@
-//! Data movement: one strided gather (permute, broadcast, slice) and one
-//! strided scatter (pad, concat), both dtype-agnostic (elements are moved as
-//! plain words of the dtype's size), plus row take / scatter-add.
+//! Data movement: one strided gather (permute, broadcast, slice), one
+//! strided scatter (pad) and a row-wise concat, all dtype-agnostic
+//! (elements are moved as plain words of the dtype's size), plus row
+//! take / scatter-add.
 
 use super::raw::Raw;
 use nitro_device::DType;
@@ -198,6 +199,59 @@ pub fn scatter(src: Raw, dst: Raw, shape: &[usize], strides: &[usize], offset: u
     }
 }
 
+/// Each output row: the matching row of every source, side by side.
+fn concat_t<T: Copy + Send + Sync>(srcs: &[&[T]], widths: &[usize], dst: &mut [T]) {
+    let total: usize = widths.iter().sum();
+    if total == 0 || dst.is_empty() {
+        return;
+    }
+    // Whole rows per task, about 32K elements each.
+    let rows_per_task = (32 * 1024 / total).max(1);
+    let task = |(t, block): (usize, &mut [T])| {
+        for (r, row) in block.chunks_mut(total).enumerate() {
+            let o = t * rows_per_task + r;
+            let mut at = 0;
+            for (src, &w) in srcs.iter().zip(widths) {
+                row[at..at + w].copy_from_slice(&src[o * w..(o + 1) * w]);
+                at += w;
+            }
+        }
+    };
+    if dst.len() >= PARALLEL_MIN {
+        dst.par_chunks_mut(rows_per_task * total)
+            .enumerate()
+            .for_each(task);
+    } else {
+        dst.chunks_mut(rows_per_task * total)
+            .enumerate()
+            .for_each(task);
+    }
+}
+
+/// `dst` = `srcs` concatenated along an axis, seen as rows: every source
+/// holds as many rows as `dst` (the product of the dims before the axis),
+/// source `i` `widths[i]` elements per row (its extent along the axis times
+/// the dims after it). One pass writing each output row front to back, over
+/// the pool when large; a scatter per source (what pad does) went over the
+/// output once per source, strided, on one thread: 1.3 ms for the GPT's
+/// q|k|v gradient [16, 128, 768].
+pub fn concat(srcs: &[Raw], widths: &[usize], dst: Raw) {
+    macro_rules! words {
+        ($t:ty) => {{
+            // SAFETY: every source and dst are distinct live buffers of
+            // one dtype whose rows the caller sized (see above).
+            let parts: Vec<&[$t]> = srcs.iter().map(|s| unsafe { s.slice::<$t>() }).collect();
+            concat_t(&parts, widths, unsafe { dst.slice_mut::<$t>() })
+        }};
+    }
+    match dst.dtype.size_of() {
+        1 => words!(u8),
+        2 => words!(u16),
+        4 => words!(u32),
+        _ => words!(u64),
+    }
+}
+
 /// Fill `dst` with `value` converted to its dtype.
 pub fn fill(dst: Raw, value: f64) {
     // SAFETY: dst is a live buffer of its dtype.
@@ -275,5 +329,55 @@ pub fn scatter_add(upd: Raw, idx: Raw, dst: Raw, rows: usize) {
         DType::I32 => add!(i32),
         DType::I64 => add!(i64),
         other => unreachable!("scatter_add on {other} is refused at trace time"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nitro_device::HostBuffer;
+
+    /// Concat along axis 2 of `[6, 40, e_i, 7, 13]` sources (one of them
+    /// empty along the axis), large enough for the pooled path, against the
+    /// definition: output index (o, a, i) holds the source whose axis range
+    /// contains a, at a minus its start.
+    #[test]
+    fn concat_places_every_element_by_its_index() {
+        let (outer, inner) = (6 * 40, 7 * 13);
+        let extents = [3usize, 0, 1, 5];
+        let total: usize = extents.iter().sum();
+        let mut srcs: Vec<HostBuffer> = extents
+            .iter()
+            .enumerate()
+            .map(|(s, &e)| {
+                HostBuffer::F32(
+                    (0..outer * e * inner)
+                        .map(|j| (s * 1_000_000 + j) as f32)
+                        .collect(),
+                )
+            })
+            .collect();
+        let mut dst = HostBuffer::F32(vec![-1.0; outer * total * inner]);
+        assert!(outer * total * inner >= PARALLEL_MIN);
+        let raws: Vec<Raw> = srcs.iter_mut().map(Raw::of).collect();
+        let widths: Vec<usize> = extents.iter().map(|e| e * inner).collect();
+        concat(&raws, &widths, Raw::of(&mut dst));
+        let HostBuffer::F32(got) = dst else {
+            unreachable!()
+        };
+        for o in 0..outer {
+            for a in 0..total {
+                let (mut s, mut start) = (0, 0);
+                while a >= start + extents[s] {
+                    start += extents[s];
+                    s += 1;
+                }
+                for i in 0..inner {
+                    let j = (o * extents[s] + (a - start)) * inner + i;
+                    let want = (s * 1_000_000 + j) as f32;
+                    assert_eq!(got[(o * total + a) * inner + i], want, "o {o} a {a} i {i}");
+                }
+            }
+        }
     }
 }
