@@ -468,6 +468,9 @@ fn the_sum_takes_a_dying_argument_s_buffer_and_never_one_read_later() {
     let rows = p
         .profile_with(&mut [Array::from_vec(&[4], g.to_vec()).unwrap()], &comm)
         .unwrap();
-    assert!(rows.iter().any(|(_, k)| k.contains("all_reduce_sum")), "{rows:?}");
+    assert!(
+        rows.iter().any(|(_, k)| k.contains("all_reduce_sum")),
+        "{rows:?}"
+    );
     assert_eq!(comm.calls.load(Ordering::SeqCst), calls + 1);
 }
