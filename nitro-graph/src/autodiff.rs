@@ -208,7 +208,7 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
             UnaryOp::Cos => Some(-(g * x.sin())),
             UnaryOp::Abs => Some(g * x.sign()),
             UnaryOp::Recip => Some(-(g * out * out)),
-            UnaryOp::Sign | UnaryOp::Floor => None,
+            UnaryOp::Sign | UnaryOp::Floor | UnaryOp::StopGradient => None,
             // d/dx erf x = 2/√π e^(-x²): the backward reads only x.
             UnaryOp::Erf => Some(g * (-(x * x)).exp() * (2.0 / std::f64::consts::PI.sqrt())),
             // d/dx x Φ(x) = Φ(x) + x φ(x), φ(x) = e^(-x²/2) / √(2π); again

@@ -24,6 +24,7 @@
 //! | gelu | `x * 0.5 * (1 + erf(x * (1/√2)))`, with the erf above | refused |
 //! | gelu_grad | `(erf(x * (1/√2)) + 1) * 0.5 + x * (exp(x * x * -0.5) * (1/√(2π)))`: GELU's derivative | refused |
 //! | recip | `1 / x` | refused |
+//! | stop_gradient | `x` (its adjoint is zero) | refused at trace time: the method passes integers through unrecorded |
 //! | add, sub, mul | IEEE | wrapping |
 //! | div | IEEE (x/0 is ±inf or NaN) | truncating; x/0 == 0; MIN/-1 == MIN |
 //! | max, min | a NaN operand yields the other one; ties (±0 included) give the first | ordinary |
@@ -84,12 +85,13 @@ impl UnaryOp {
             | UnaryOp::Floor
             | UnaryOp::Erf
             | UnaryOp::Gelu
-            | UnaryOp::GeluGrad => None,
+            | UnaryOp::GeluGrad
+            | UnaryOp::StopGradient => None,
         }
     }
 
     /// Every unary op (for tests and listings).
-    pub const ALL: [UnaryOp; 15] = [
+    pub const ALL: [UnaryOp; 16] = [
         UnaryOp::Neg,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -105,6 +107,7 @@ impl UnaryOp {
         UnaryOp::Erf,
         UnaryOp::Gelu,
         UnaryOp::GeluGrad,
+        UnaryOp::StopGradient,
     ];
 }
 
@@ -340,6 +343,7 @@ pub fn float_unary<T: FloatElem>(op: UnaryOp, x: T) -> T {
             let pdf = (x * x * -T::HALF).exp() * T::FRAC_1_SQRT_2PI;
             cdf + x * pdf
         }
+        UnaryOp::StopGradient => x,
     }
 }
 

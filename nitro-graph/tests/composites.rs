@@ -417,3 +417,47 @@ fn dropout_with_a_traced_key_input() {
     let kept = a.iter().filter(|&&v| v != 0.0).count();
     assert!((400..600).contains(&kept), "{kept}");
 }
+
+/// `stop_gradient` passes the value and blocks the adjoint: the gradient of
+/// Σ x · sg(x) is x (the product rule's other half is cut), not 2x; of
+/// Σ sg(x)² nothing flows (zeros). Integers pass through unrecorded, and the
+/// compiled program keeps no trace of it.
+#[test]
+fn stop_gradient_passes_the_value_and_blocks_the_gradient() {
+    use nitro_graph::{compile, Array, CompileOptions, TensorSpec};
+    let x = [1.5f64, -2.0, 0.25, 3.0];
+    let p = compile(
+        &[
+            ("x", TensorSpec::new(DType::F64, &[4])),
+            ("i", TensorSpec::new(DType::I32, &[2])),
+        ],
+        CompileOptions::named("sg"),
+        |tr, t| {
+            let cut = t[0].stop_gradient();
+            let half = (&t[0] * &cut).sum_all();
+            let none = (&cut * &cut).sum_all() + t[0].sum_all() * 0.0;
+            let g_half = tr.grad(&half, &[&t[0]])?.remove(0);
+            let g_none = tr.grad(&none, &[&t[0]])?.remove(0);
+            let ints = t[1].stop_gradient();
+            Ok(vec![
+                ("half".into(), half),
+                ("g_half".into(), g_half),
+                ("g_none".into(), g_none),
+                ("ints".into(), ints),
+            ])
+        },
+    )
+    .unwrap();
+    assert!(!p.listing().contains("stopgradient"), "{}", p.listing());
+    let out = p
+        .run(&mut [
+            Array::from_vec(&[4], x.to_vec()).unwrap(),
+            Array::from_vec(&[2], vec![7i32, -3]).unwrap(),
+        ])
+        .unwrap();
+    let sum_sq: f64 = x.iter().map(|v| v * v).sum();
+    assert_eq!(out[0].as_slice::<f64>().unwrap(), &[sum_sq]);
+    assert_eq!(out[1].as_slice::<f64>().unwrap(), &x);
+    assert_eq!(out[2].as_slice::<f64>().unwrap(), &[0.0; 4]);
+    assert_eq!(out[3].as_slice::<i32>().unwrap(), &[7, -3]);
+}

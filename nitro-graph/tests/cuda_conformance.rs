@@ -205,6 +205,7 @@ conformance! {
                     UnaryOp::Erf => |_, x| x[0].erf(),
                     UnaryOp::Gelu => |_, x| x[0].gelu_erf(),
                     UnaryOp::GeluGrad => |_, x| x[0].gelu_erf_grad(),
+                    UnaryOp::StopGradient => |_, x| x[0].stop_gradient(),
                 };
                 rows.push(Row {
                     name: format!("{op:?}"),

@@ -43,6 +43,7 @@ fn apply_unary(op: UnaryOp, x: &Tensor) -> Tensor {
         UnaryOp::Erf => x.erf(),
         UnaryOp::Gelu => x.gelu_erf(),
         UnaryOp::GeluGrad => x.gelu_erf_grad(),
+        UnaryOp::StopGradient => x.stop_gradient(),
     }
 }
 

@@ -50,6 +50,11 @@ pub enum UnaryOp {
     /// instruction of a fused loop (one erf, one exp) instead of a dozen,
     /// evaluated in the same order as the composite it replaces.
     GeluGrad,
+    /// The identity whose adjoint is zero (JAX's `stop_gradient`,
+    /// PyTorch's `detach`): the value passes, no gradient flows back
+    /// through it. Simplification forwards it to its argument once the
+    /// backward pass is traced, so no kernel ever computes it.
+    StopGradient,
 }
 
 /// Elementwise functions of two arguments of equal shape and dtype.

@@ -73,9 +73,14 @@ pub fn var(x: &Tensor, axes: &[usize]) -> Tensor {
 }
 
 /// log Σ exp over `axis` (stable: the max is subtracted first).
+///
+/// The max is a constant to autodiff (`stop_gradient`, as JAX writes it):
+/// the result does not depend on the shift, so its exact gradient through
+/// the max is zero, and differentiating the max anyway only added a
+/// rounding-sized term at the cost of a pass routing it to the argmax.
 pub fn logsumexp(x: &Tensor, axis: usize) -> Tensor {
     let kd = kept(x, axis);
-    let m = x.max(&[axis]);
+    let m = x.max(&[axis]).stop_gradient();
     let shifted = x - m.reshape(&kd);
     shifted.exp().sum(&[axis]).log() + m
 }
@@ -85,10 +90,11 @@ pub fn log_softmax(x: &Tensor, axis: usize) -> Tensor {
     x - logsumexp(x, axis).reshape(&kept(x, axis))
 }
 
-/// softmax over `axis`.
+/// softmax over `axis`, shifted by the row's max, a constant to autodiff
+/// as in [`logsumexp`] (softmax does not depend on the shift).
 pub fn softmax(x: &Tensor, axis: usize) -> Tensor {
     let kd = kept(x, axis);
-    let e = (x - x.max(&[axis]).reshape(&kd)).exp();
+    let e = (x - x.max(&[axis]).stop_gradient().reshape(&kd)).exp();
     &e / e.sum(&[axis]).reshape(&kd)
 }
 

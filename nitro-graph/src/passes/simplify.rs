@@ -1,5 +1,6 @@
 //! Algebraic simplification: identities exact for every input, ±0 and NaN
-//! included (`x + -0.0`, `x - +0.0`, integer `x+0`, `x*1`, `x/1`, `--x`),
+//! included (`x + -0.0`, `x - +0.0`, integer `x+0`, `x*1`, `x/1`, `--x`,
+//! `stop_gradient(x)`),
 //! no-op movement (reshape/broadcast to the same shape, identity permute,
 //! cast to the same dtype), collapsed chains (reshape∘reshape,
 //! permute∘permute), and transposes folded into matmul flags.
@@ -64,6 +65,9 @@ fn rule(g: &Graph, node: &Node) -> Decision {
         Op::Binary(BinaryOp::Div) if is_const(g, arg(1), 1.0) && same_as(0) => {
             Decision::Forward(arg(0))
         }
+        // Its only job (blocking the adjoint) is done once autodiff has
+        // walked the graph, which happens while tracing.
+        Op::Unary(UnaryOp::StopGradient) => Decision::Forward(arg(0)),
         Op::Unary(UnaryOp::Neg) if matches!(arg_node(0).op, Op::Unary(UnaryOp::Neg)) => {
             Decision::Forward(arg_node(0).args[0])
         }

@@ -70,6 +70,10 @@ macro_rules! each_float_unary {
                 const $OP: U = U::GeluGrad;
                 $body
             }
+            U::StopGradient => {
+                const $OP: U = U::StopGradient;
+                $body
+            }
         }
     }};
 }

@@ -75,6 +75,19 @@ macro_rules! compare_methods {
 }
 
 impl Tensor {
+    /// The same value with no gradient flowing back through it (JAX's
+    /// `stop_gradient`, PyTorch's `detach`): autodiff treats it as a
+    /// constant. Integer and bool tensors carry no gradient and are
+    /// returned as they are.
+    pub fn stop_gradient(&self) -> Tensor {
+        if self.dtype().is_float() {
+            self.tracer
+                .record(Op::Unary(UnaryOp::StopGradient), &[self], self.dtype())
+        } else {
+            self.clone()
+        }
+    }
+
     unary_methods! {
         /// -x
         neg => Neg,

@@ -75,6 +75,8 @@ pub(super) fn unary(op: UnaryOp, ty: &str, a: &str) -> String {
             format!("(({erf}({a} * {rsqrt2}) + {one}) * {half} + {a} * ({exp}({a} * {a} * -{half}) * {pdf}))")
         }
         UnaryOp::Recip => format!("{one} / {a}"),
+        // Forwarded away by simplification; the identity if it remains.
+        UnaryOp::StopGradient => format!("({a})"),
         UnaryOp::Sigmoid => {
             let e = if ty == "float" {
                 "nitro_exp_f32"
