@@ -296,3 +296,51 @@ fn a_product_read_out_of_order_is_never_overwritten_or_read_early() {
         }
     }
 }
+
+/// A chain that only a later group reads is computed where it is read,
+/// not stored by a kernel of its own: in a softmax backward, `g / s` is
+/// needed only after the row sum `Σ g y / s`, so it joins the last group
+/// (one fused kernel and one stored [rows, cols] value fewer). The values
+/// are exactly the unfused ones.
+#[test]
+fn a_chain_read_only_after_a_reduction_is_computed_where_it_is_read() {
+    let (rows, cols) = (64usize, 300usize);
+    let specs = [
+        ("g", TensorSpec::f32(&[rows, cols])),
+        ("y", TensorSpec::f32(&[rows, cols])),
+        ("s", TensorSpec::f32(&[rows, 1])),
+    ];
+    let graph = trace(&specs, |_, t| {
+        let (g, y) = (&t[0], &t[1]);
+        let s = t[2].broadcast_to(&[rows, cols]);
+        let scaled = g / &s;
+        let dot = (&(g * y) / &s).sum(&[1]).reshape(&[rows, 1]);
+        let dx = (&scaled - &dot.broadcast_to(&[rows, cols])) * y;
+        Ok(vec![("dx".into(), dx)])
+    })
+    .unwrap();
+    let inputs = [
+        Array::new(&[rows, cols], values(rows * cols, 1)).unwrap(),
+        Array::new(&[rows, cols], values(rows * cols, 2)).unwrap(),
+        Array::new(
+            &[rows, 1],
+            values(rows, 3)
+                .iter()
+                .map(|v| v.abs() + 0.5)
+                .collect::<Vec<f64>>(),
+        )
+        .unwrap(),
+    ]
+    .map(|a| a.cast(DType::F32));
+    let want = node_by_node(&graph, &inputs);
+    let program = compile_graph(graph, CompileOptions::named("softmax_bwd")).unwrap();
+    let listing = program.listing();
+    let fused = listing.matches(": fused[").count();
+    // The row sum's group, then the group that reads it (with g / s).
+    assert_eq!(fused, 2, "{listing}");
+    let got = program.run(&mut inputs.clone()).unwrap();
+    assert!(
+        got[0].to_f64_vec() == want[0].to_f64_vec(),
+        "fused and unfused differ"
+    );
+}

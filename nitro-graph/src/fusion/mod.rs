@@ -11,7 +11,9 @@
 //!   all-reduced one).
 //! - Each elementwise node joins the newest group of one of its arguments
 //!   with the same element count, provided every other value it reads is
-//!   ready before that group runs; otherwise it starts a new group. A group
+//!   ready before that group runs; otherwise it starts a new group. Older
+//!   argument groups that nothing else has read yet move into the node's
+//!   group (computed where they are used, never stored). A group
 //!   becomes one loop over chunks of elements, so a chain like
 //!   `m*b1 + g*(1-b1)` or a whole Adam update is one kernel and its
 //!   temporaries never touch memory.
@@ -345,6 +347,26 @@ impl<'g> Fuser<'g> {
         })
     }
 
+    /// Whether group `h` can move to where its reader `n` runs: a fused
+    /// group (not the scalar one) that nothing outside has read yet (no
+    /// stores, no tails), which `n` reads only element for element (a
+    /// strided read of a member would read the group's own output before
+    /// it is written).
+    fn foldable(&self, h: usize, n: NodeId) -> bool {
+        let fresh = Some(h) != self.scalar_group
+            && matches!(&self.main[h], Kernel::Fused(f) if f.stores.is_empty() && f.tails.is_empty());
+        fresh
+            && self.graph.nodes[n]
+                .args
+                .iter()
+                .all(|&a| match self.resolve(a, None) {
+                    Source::Load { node, .. } if self.group_of[node] == Some(h) => {
+                        matches!(self.resolve(a, Some(h)), Source::Reg(_))
+                    }
+                    _ => true,
+                })
+    }
+
     fn add_elementwise(&mut self, n: NodeId) {
         let numel = self.graph.nodes[n].spec.numel();
         if numel == 1 && self.reads_only_inputs(n) {
@@ -377,39 +399,26 @@ impl<'g> Fuser<'g> {
             .iter()
             .copied()
             .find(|&g| self.sources_ready(n, g));
-        if let Some(g) = chosen {
-            // Older candidates nobody outside has read yet can run at `g`
-            // instead: fold them in, so two independent chains that meet
-            // (m*b1 + g*(1-b1)) become one loop.
-            for &h in candidates
-                .iter()
-                .filter(|&&h| h < g && Some(h) != self.scalar_group)
-            {
-                let mergeable = matches!(&self.main[h], Kernel::Fused(f) if f.stores.is_empty() && f.tails.is_empty());
-                if !mergeable {
-                    continue;
-                }
-                let moved = match &mut self.main[h] {
-                    Kernel::Fused(f) => std::mem::take(&mut f.members),
-                    Kernel::Single(_) | Kernel::Conv { .. } | Kernel::Epilogue { .. } => {
-                        unreachable!("candidates are fused groups")
-                    }
-                };
-                for &m in &moved {
-                    self.group_of[m] = Some(g);
-                }
-                if let Kernel::Fused(f) = &mut self.main[g] {
-                    let mut members = moved;
-                    members.append(&mut f.members);
-                    f.members = members;
-                }
-            }
-        }
+        // Older candidates nobody outside has read yet can run where `n`
+        // runs instead: fold them in, so two independent chains that meet
+        // (m*b1 + g*(1-b1)) become one loop, and a chain that `n` alone
+        // reads is computed where `n` is rather than stored by a kernel of
+        // its own and loaded back (the g / s of a softmax backward: 4 MB
+        // per GPT layer written and read again).
+        let older = chosen.unwrap_or(usize::MAX);
+        let folded: Vec<usize> = candidates
+            .iter()
+            .copied()
+            .filter(|&h| h < older && self.foldable(h, n))
+            .collect();
         let group = match chosen {
             Some(g) => g,
             None => {
                 for a in self.graph.nodes[n].args.clone() {
                     if let Source::Load { node, .. } = self.resolve(a, None) {
+                        if self.group_of[node].is_some_and(|h| folded.contains(&h)) {
+                            continue;
+                        }
                         self.ensure_stored(node);
                     }
                 }
@@ -420,6 +429,22 @@ impl<'g> Fuser<'g> {
                 self.main.len() - 1
             }
         };
+        for &h in &folded {
+            let moved = match &mut self.main[h] {
+                Kernel::Fused(f) => std::mem::take(&mut f.members),
+                Kernel::Single(_) | Kernel::Conv { .. } | Kernel::Epilogue { .. } => {
+                    unreachable!("candidates are fused groups")
+                }
+            };
+            for &m in &moved {
+                self.group_of[m] = Some(group);
+            }
+            if let Kernel::Fused(f) = &mut self.main[group] {
+                let mut members = moved;
+                members.append(&mut f.members);
+                f.members = members;
+            }
+        }
         self.join(n, group);
     }
 
@@ -434,49 +459,6 @@ impl<'g> Fuser<'g> {
         if let Kernel::Fused(group) = &mut self.main[g] {
             group.members.push(n);
         }
-    }
-
-    /// Fuse the reduction `n` onto the group computing its input, if that
-    /// input is a group member and the reduction is row-blocked with the
-    /// same row length as the group's other tails. The reduction then runs
-    /// where the group runs: it reads nothing else.
-    fn add_tail(&mut self, n: NodeId) -> bool {
-        let node = &self.graph.nodes[n];
-        let (Op::ReduceSum { axes } | Op::ReduceMax { axes }) = &node.op else {
-            return false;
-        };
-        let arg = node.args[0];
-        let Some(blocks) = RowBlocks::of(&self.graph.nodes[arg].spec.shape, axes) else {
-            return false;
-        };
-        let mut input = arg;
-        while let Op::Reshape { .. } = self.graph.nodes[input].op {
-            input = self.graph.nodes[input].args[0];
-        }
-        let Some(g) = self.group_of[input] else {
-            return false;
-        };
-        if Some(g) == self.scalar_group {
-            return false;
-        }
-        let Kernel::Fused(group) = &mut self.main[g] else {
-            return false;
-        };
-        if group
-            .tails
-            .iter()
-            .any(|t| t.blocks.row_len() != blocks.row_len() || t.blocks.rows != blocks.rows)
-        {
-            return false;
-        }
-        group.tails.push(Tail {
-            node: n,
-            input,
-            blocks,
-        });
-        self.kernel_of[n] = Some(g);
-        self.stored[n] = true;
-        true
     }
 }
 

@@ -2,10 +2,11 @@
 //! the elementwise group that produces their input ([`RowBlocks`]), the
 //! record of one such fusion ([`Tail`]), and the backend's say in whether
 //! to fuse them at all ([`Rules`], which also carries the backend's say on
-//! direct convolutions). The decision itself is the fuser's
+//! direct convolutions), and the fuser's decision to fuse one
 //! (`Fuser::add_tail`); running a tail is the backend's.
 
-use crate::ir::NodeId;
+use super::{Fuser, Kernel};
+use crate::ir::{NodeId, Op};
 
 /// A reduction fused onto the end of a group: reduce node `node`, whose
 /// input is the group member `input` (through reshapes), over `blocks`.
@@ -118,4 +119,49 @@ pub struct Rules {
     /// Run a group that reads a matmul's output element for element as
     /// that matmul's epilogue ([`super::Kernel::Epilogue`]).
     pub matmul_epilogue: bool,
+}
+
+impl Fuser<'_> {
+    /// Fuse the reduction `n` onto the group computing its input, if that
+    /// input is a group member and the reduction is row-blocked with the
+    /// same row length as the group's other tails. The reduction then runs
+    /// where the group runs: it reads nothing else.
+    pub(super) fn add_tail(&mut self, n: NodeId) -> bool {
+        let node = &self.graph.nodes[n];
+        let (Op::ReduceSum { axes } | Op::ReduceMax { axes }) = &node.op else {
+            return false;
+        };
+        let arg = node.args[0];
+        let Some(blocks) = RowBlocks::of(&self.graph.nodes[arg].spec.shape, axes) else {
+            return false;
+        };
+        let mut input = arg;
+        while let Op::Reshape { .. } = self.graph.nodes[input].op {
+            input = self.graph.nodes[input].args[0];
+        }
+        let Some(g) = self.group_of[input] else {
+            return false;
+        };
+        if Some(g) == self.scalar_group {
+            return false;
+        }
+        let Kernel::Fused(group) = &mut self.main[g] else {
+            return false;
+        };
+        if group
+            .tails
+            .iter()
+            .any(|t| t.blocks.row_len() != blocks.row_len() || t.blocks.rows != blocks.rows)
+        {
+            return false;
+        }
+        group.tails.push(Tail {
+            node: n,
+            input,
+            blocks,
+        });
+        self.kernel_of[n] = Some(g);
+        self.stored[n] = true;
+        true
+    }
 }
