@@ -435,7 +435,7 @@ impl MpiCommunicator {
             // This rank's chunk, summed in rank order in place: its own
             // part is read element by element before it is overwritten.
             let others: Vec<Option<&[T]>> = (0..world)
-                .map(|q| (q != me).then(|| &parts[q * mine.len()..(q + 1) * mine.len()]))
+                .map(|q| (q != me).then(|| &parts[q * len..(q + 1) * len]))
                 .collect();
             sum_into_own(&others, &mut work[mine.clone()]);
             let mut ex = Exchange::new(self, op);

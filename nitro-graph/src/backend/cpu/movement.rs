@@ -88,17 +88,23 @@ fn gather_t<T: Copy + Send + Sync>(
         strides: &strides[..r - 1],
         offset,
     };
-    // Whole rows per task, about 32K elements each.
-    let rows_per_task = (32 * 1024 / inner).max(1);
-    let task = |(t, out): (usize, &mut [T])| gather_rows(src, out, t * rows_per_task, &walk);
+    by_row_blocks(dst, inner, |first, out| gather_rows(src, out, first, &walk));
+}
+
+/// `task(first_row, block)` over `dst` cut into blocks of whole rows of
+/// `row` elements, about 32K elements each, over the pool when `dst` is
+/// large.
+fn by_row_blocks<T: Send>(dst: &mut [T], row: usize, task: impl Fn(usize, &mut [T]) + Sync) {
+    let rows_per_task = (32 * 1024 / row).max(1);
+    let run = |(t, block): (usize, &mut [T])| task(t * rows_per_task, block);
     if dst.len() >= PARALLEL_MIN {
-        dst.par_chunks_mut(rows_per_task * inner)
+        dst.par_chunks_mut(rows_per_task * row)
             .enumerate()
-            .for_each(task);
+            .for_each(run);
     } else {
-        dst.chunks_mut(rows_per_task * inner)
+        dst.chunks_mut(rows_per_task * row)
             .enumerate()
-            .for_each(task);
+            .for_each(run);
     }
 }
 
@@ -205,27 +211,16 @@ fn concat_t<T: Copy + Send + Sync>(srcs: &[&[T]], widths: &[usize], dst: &mut [T
     if total == 0 || dst.is_empty() {
         return;
     }
-    // Whole rows per task, about 32K elements each.
-    let rows_per_task = (32 * 1024 / total).max(1);
-    let task = |(t, block): (usize, &mut [T])| {
+    by_row_blocks(dst, total, |first, block| {
         for (r, row) in block.chunks_mut(total).enumerate() {
-            let o = t * rows_per_task + r;
+            let o = first + r;
             let mut at = 0;
             for (src, &w) in srcs.iter().zip(widths) {
                 row[at..at + w].copy_from_slice(&src[o * w..(o + 1) * w]);
                 at += w;
             }
         }
-    };
-    if dst.len() >= PARALLEL_MIN {
-        dst.par_chunks_mut(rows_per_task * total)
-            .enumerate()
-            .for_each(task);
-    } else {
-        dst.chunks_mut(rows_per_task * total)
-            .enumerate()
-            .for_each(task);
-    }
+    });
 }
 
 /// `dst` = `srcs` concatenated along an axis, seen as rows: every source
