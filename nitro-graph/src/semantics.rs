@@ -310,6 +310,29 @@ macro_rules! int_elem {
 int_elem!(i32);
 int_elem!(i64);
 
+/// erf(x / √2), the term exact GELU and its derivative share.
+#[inline(always)]
+pub fn gelu_erf<T: FloatElem>(x: T) -> T {
+    (x * T::FRAC_1_SQRT_2).erf()
+}
+
+/// GELU(x) = x/2 (1 + erf(x/√2)), from `e` = [`gelu_erf`]`(x)`.
+#[inline(always)]
+pub fn gelu_from_erf<T: FloatElem>(x: T, e: T) -> T {
+    x * T::HALF * (T::ONE + e)
+}
+
+/// GELU'(x) = Φ(x) + x φ(x), term by term as the composite wrote it, from
+/// `e` = [`gelu_erf`]`(x)`. A kernel that needs both GELU and its
+/// derivative of one value (the forward of a training step) evaluates the
+/// erf once and passes it to both, with the same bits as the two ops.
+#[inline(always)]
+pub fn gelu_grad_from_erf<T: FloatElem>(x: T, e: T) -> T {
+    let cdf = (e + T::ONE) * T::HALF;
+    let pdf = (x * x * -T::HALF).exp() * T::FRAC_1_SQRT_2PI;
+    cdf + x * pdf
+}
+
 /// A unary op on one float element.
 #[inline(always)]
 pub fn float_unary<T: FloatElem>(op: UnaryOp, x: T) -> T {
@@ -336,13 +359,8 @@ pub fn float_unary<T: FloatElem>(op: UnaryOp, x: T) -> T {
         }
         UnaryOp::Floor => x.floor(),
         UnaryOp::Erf => x.erf(),
-        UnaryOp::Gelu => x * T::HALF * (T::ONE + (x * T::FRAC_1_SQRT_2).erf()),
-        // Φ(x) + x φ(x), term by term as the composite wrote it.
-        UnaryOp::GeluGrad => {
-            let cdf = ((x * T::FRAC_1_SQRT_2).erf() + T::ONE) * T::HALF;
-            let pdf = (x * x * -T::HALF).exp() * T::FRAC_1_SQRT_2PI;
-            cdf + x * pdf
-        }
+        UnaryOp::Gelu => gelu_from_erf(x, gelu_erf(x)),
+        UnaryOp::GeluGrad => gelu_grad_from_erf(x, gelu_erf(x)),
         UnaryOp::StopGradient => x,
     }
 }

@@ -73,6 +73,13 @@ pub(super) enum Instr {
         a: usize,
         to: DType,
     },
+    /// Exact GELU and its derivative of one float register in one pass,
+    /// one erf for both (see `gelu_pairs`).
+    GeluBoth {
+        gelu: usize,
+        grad: usize,
+        a: usize,
+    },
 }
 
 /// What one instruction reads besides its own fields: the kernel's inputs,
@@ -173,6 +180,12 @@ pub(super) fn exec(instr: &Instr, regs: &mut [Reg], reads: Reads<'_>, at: usize,
             let mut d = take(regs, *dst);
             select(&mut d, arg!(regs, c), arg!(regs, a), arg!(regs, b), len);
             put_back(regs, *dst, d);
+        }
+        Instr::GeluBoth { gelu, grad, a } => {
+            let (mut g, mut d) = (take(regs, *gelu), take(regs, *grad));
+            gelu_both(&mut g, &mut d, arg!(regs, a), len);
+            put_back(regs, *gelu, g);
+            put_back(regs, *grad, d);
         }
         Instr::Cast { dst, a, to } => {
             let mut d = take(regs, *dst);
@@ -387,6 +400,25 @@ macro_rules! map1 {
 // `each_*!` dispatch is one loop with a constant op, so it inlines and
 // vectorises. An op float-only by the table never reaches an integer
 // register: `ir::infer` refuses it through the same table.
+
+/// GELU into `g` and its derivative into `d`, sharing one erf per element.
+#[inline(always)]
+fn gelu_both(g: &mut Reg, d: &mut Reg, a: Val<'_>, len: usize) {
+    macro_rules! both {
+        ($g:expr, $d:expr, $a:expr) => {
+            for ((g, d), &x) in $g[..len].iter_mut().zip(&mut $d[..len]).zip(&$a[..len]) {
+                let e = sem::gelu_erf(x);
+                *g = sem::gelu_from_erf(x, e);
+                *d = sem::gelu_grad_from_erf(x, e);
+            }
+        };
+    }
+    match (g, d, a) {
+        (Reg::F32(g), Reg::F32(d), Val::F32(a)) => both!(g, d, a),
+        (Reg::F64(g), Reg::F64(d), Val::F64(a)) => both!(g, d, a),
+        _ => unreachable!("GELU on float registers of one class"),
+    }
+}
 
 #[inline(always)]
 fn unary(op: UnaryOp, d: &mut Reg, a: Val<'_>, len: usize) {

@@ -244,7 +244,7 @@ impl FusedKernel {
             .chain(k.tails.iter().map(|t| &t.reg))
             .copied()
             .collect();
-        let compute = pairs::fuse_pairs(compute, &k.classes, &kept);
+        let compute = pairs::fuse_pairs(pairs::gelu_pairs(compute), &k.classes, &kept);
         k.constants = fills.len();
         k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
         k

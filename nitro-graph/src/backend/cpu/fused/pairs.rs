@@ -10,7 +10,7 @@
 
 use super::chunk::Instr;
 use super::regs::{Class, Reg, Val};
-use crate::ir::BinaryOp;
+use crate::ir::{BinaryOp, UnaryOp};
 use crate::semantics as sem;
 
 /// Ops that may be the inner (first computed) half of a pair.
@@ -31,7 +31,7 @@ fn reads(i: &Instr) -> Vec<usize> {
     match i {
         Instr::Load { .. } | Instr::Fill { .. } | Instr::Iota { .. } => vec![],
         Instr::Random { key, .. } => vec![*key],
-        Instr::Unary { a, .. } | Instr::Cast { a, .. } => vec![*a],
+        Instr::Unary { a, .. } | Instr::Cast { a, .. } | Instr::GeluBoth { a, .. } => vec![*a],
         Instr::Binary { a, b, .. } | Instr::Compare { a, b, .. } => vec![*a, *b],
         Instr::Select { c, a, b, .. } => vec![*c, *a, *b],
         Instr::Pair { a, b, c, .. } => vec![*a, *b, *c],
@@ -138,4 +138,38 @@ pub(super) fn pair(
         (Reg::F64(d), Val::F64(a), Val::F64(b), Val::F64(c)) => run!(d, a, b, c),
         _ => unreachable!("pairs are float ops on one class"),
     }
+}
+
+/// Rewrite `compute` so that exact GELU and its derivative of the same
+/// register become one [`Instr::GeluBoth`] at the first one's place (the
+/// forward of a training step keeps both: the derivative for the backward):
+/// the erf, most of either op's cost, is evaluated once instead of twice.
+/// Moving the second earlier is safe: it reads only the register both read,
+/// written before the first.
+pub(super) fn gelu_pairs(compute: Vec<Instr>) -> Vec<Instr> {
+    let unary = |i: &Instr, want: UnaryOp| match i {
+        Instr::Unary { dst, op, a } if *op == want => Some((*dst, *a)),
+        _ => None,
+    };
+    let mut out: Vec<Option<Instr>> = compute.into_iter().map(Some).collect();
+    for i in 0..out.len() {
+        let Some((gelu, a)) = out[i].as_ref().and_then(|x| unary(x, UnaryOp::Gelu)) else {
+            continue;
+        };
+        let grad_at = (0..out.len()).find(|&j| {
+            out[j]
+                .as_ref()
+                .and_then(|x| unary(x, UnaryOp::GeluGrad))
+                .is_some_and(|(_, b)| b == a)
+        });
+        if let Some(j) = grad_at {
+            let Some((grad, _)) = out[j].take().and_then(|x| unary(&x, UnaryOp::GeluGrad)) else {
+                unreachable!("found above")
+            };
+            let first = i.min(j);
+            out[i] = None;
+            out[first] = Some(Instr::GeluBoth { gelu, grad, a });
+        }
+    }
+    out.into_iter().flatten().collect()
 }

@@ -311,3 +311,119 @@ fn paired_ops_round_after_each_op_on_either_side() {
         }
     }
 }
+
+/// Exact GELU and its derivative of one value (a training forward keeps
+/// both) run as one instruction sharing the erf, with the bits of each op
+/// evaluated alone by the semantics table; GELU of another value and a
+/// derivative alone stay single ops.
+#[test]
+fn gelu_and_its_derivative_share_one_erf_with_the_bits_of_each_op() {
+    use super::chunk::Instr;
+    use crate::ir::UnaryOp;
+    use crate::semantics::float_unary;
+    for d in [DType::F32, DType::F64] {
+        let specs = [
+            ("x", TensorSpec::new(d, &[1000])),
+            ("y", TensorSpec::new(d, &[1000])),
+        ];
+        let graph = trace(&specs, |_, t| {
+            // One computed value read by both (as a matmul's bias add is):
+            // one group.
+            let h = &t[0] + &t[1];
+            Ok(vec![
+                ("gelu".into(), h.gelu_erf()),
+                ("grad".into(), h.gelu_erf_grad()),
+                ("gelu_y".into(), t[1].gelu_erf()),
+                ("grad_x2".into(), (&t[0] * 2.0).gelu_erf_grad()),
+            ])
+        })
+        .expect("traces");
+        let kernels: Vec<FusedKernel> = schedule(&graph, Rules::default())
+            .kernels
+            .iter()
+            .filter_map(|k| match k {
+                Kernel::Fused(g) => Some(FusedKernel::new(&graph, g)),
+                _ => None,
+            })
+            .collect();
+        let count = |f: &dyn Fn(&Instr) -> bool| -> usize {
+            kernels
+                .iter()
+                .flat_map(|k| &k.instrs)
+                .filter(|i| f(i))
+                .count()
+        };
+        assert_eq!(count(&|i| matches!(i, Instr::GeluBoth { .. })), 1, "{d}");
+        let single =
+            |op: UnaryOp| move |i: &Instr| matches!(i, Instr::Unary { op: o, .. } if *o == op);
+        assert_eq!(count(&single(UnaryOp::Gelu)), 1, "{d}: GELU of y alone");
+        assert_eq!(
+            count(&single(UnaryOp::GeluGrad)),
+            1,
+            "{d}: the derivative of 2x alone"
+        );
+        let vals = [values(1, false), values(2, false)];
+        let mut inputs = vals.clone().map(|v| buffer(d, &v));
+        let (base, wide) = both_builds(&graph, &mut inputs);
+        // Each output's op and argument, element by element, in the
+        // dtype's own arithmetic.
+        let ops = [
+            UnaryOp::Gelu,
+            UnaryOp::GeluGrad,
+            UnaryOp::Gelu,
+            UnaryOp::GeluGrad,
+        ];
+        let f32_arg: [fn(f32, f32) -> f32; 4] =
+            [|x, y| x + y, |x, y| x + y, |_, y| y, |x, _| x * 2.0];
+        let f64_arg: [fn(f64, f64) -> f64; 4] =
+            [|x, y| x + y, |x, y| x + y, |_, y| y, |x, _| x * 2.0];
+        let wants: Vec<Vec<u8>> = (0..4)
+            .map(|o| {
+                let pairs = vals[0].iter().zip(&vals[1]);
+                match d {
+                    DType::F32 => pairs
+                        .flat_map(|(&x, &y)| {
+                            float_unary(ops[o], f32_arg[o](x as f32, y as f32)).to_le_bytes()
+                        })
+                        .collect(),
+                    _ => pairs
+                        .flat_map(|(&x, &y)| float_unary(ops[o], f64_arg[o](x, y)).to_le_bytes())
+                        .collect(),
+                }
+            })
+            .collect();
+        let bits = |b: &[u8]| -> Vec<u64> {
+            b.chunks(d.size_of())
+                .map(|c| match d {
+                    DType::F32 => {
+                        let x = f32::from_le_bytes(c.try_into().unwrap());
+                        if x.is_nan() {
+                            u64::MAX
+                        } else {
+                            x.to_bits() as u64
+                        }
+                    }
+                    _ => {
+                        let x = f64::from_le_bytes(c.try_into().unwrap());
+                        if x.is_nan() {
+                            u64::MAX
+                        } else {
+                            x.to_bits()
+                        }
+                    }
+                })
+                .collect()
+        };
+        // Outputs come kernel by kernel; match them by value set.
+        for w in &wants {
+            assert!(
+                base.iter().any(|b| bits(b) == bits(w)),
+                "{d}: an output of the baseline build differs from the table"
+            );
+            assert!(
+                wide.iter().any(|b| bits(b) == bits(w)),
+                "{d}: an output of the wide build differs from the table"
+            );
+        }
+    }
+}
