@@ -7,6 +7,9 @@
 //! three). The pair rounds after each op, as two passes do: Rust never
 //! contracts `x * y + z` into a fused multiply-add, so results are bit
 //! for bit those of the unpaired loops.
+//!
+//! Also here: exact GELU and its derivative of one register as one
+//! instruction ([`gelu_pairs`]), their shared erf evaluated once.
 
 use super::chunk::Instr;
 use super::regs::{Class, Reg, Val};
