@@ -4,6 +4,9 @@
 //! setup, and step-API programs die with their model. f64 hyperparameters
 //! staying f64 is `f64_hyper.rs`.
 
+mod common;
+
+use common::{quiet, X, Y};
 use std::sync::Mutex;
 
 use nitro_data::{HostArray, InMemory, Splits};
@@ -12,10 +15,10 @@ use nitro_graph::nn::layers::{Activation, Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::softmax_cross_entropy;
 use nitro_graph::nn::Ctx;
 use nitro_graph::{Array, Tensor};
-use nitro_markers::{Device, Experiment, ExperimentFields, Fields};
+use nitro_markers::{Device, Experiment, ExperimentFields};
 use nitro_run::{
     cache_stats, set_config_report, Distributed, HookError, Logger, Metric, ModelParts, Nitro,
-    Progress, RunError,
+    RunError,
 };
 
 /// Compile counters and the config-report switch are process-wide: every
@@ -24,15 +27,6 @@ static LOCK: Mutex<()> = Mutex::new(());
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-#[derive(Fields)]
-struct X<T> {
-    x: T,
-}
-#[derive(Fields)]
-struct Y<T> {
-    y: T,
 }
 
 /// `n` rows of 4 features in [-1, 1] and a class in 0..3.
@@ -47,13 +41,6 @@ fn rows(n: usize, seed: u64) -> InMemory {
         ("y", HostArray::from_vec(&[n], y).unwrap()),
     ])
     .unwrap()
-}
-
-fn quiet() -> Logger {
-    Logger {
-        progress: Progress::Off,
-        every: 1000,
-    }
 }
 
 // ---------------------------------------------------------------- item 1

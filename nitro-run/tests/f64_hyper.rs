@@ -5,33 +5,18 @@
 //! relative (an f32 round trip of the learning rate or the betas moves it
 //! by ~1e-8). The other run-core guarantees are in `core.rs`.
 
+mod common;
+
+use common::{quiet, X, Y};
 use nitro_data::{HostArray, InMemory, Splits};
 use nitro_graph::nn::init::InitRng;
 use nitro_graph::nn::layers::{Chain, Dense, Layer, Params};
 use nitro_graph::nn::loss::mse;
 use nitro_graph::nn::Ctx;
 use nitro_graph::{Array, DType, Tensor};
-use nitro_markers::{Experiment, Fields};
+use nitro_markers::Experiment;
 use nitro_run::step_api::{trainstep, ModelAndParams, OptState};
-use nitro_run::{
-    set_config_report, Distributed, HookError, Logger, ModelParts, Nitro, Optimizer, Progress,
-};
-
-#[derive(Fields)]
-struct X<T> {
-    x: T,
-}
-#[derive(Fields)]
-struct Y<T> {
-    y: T,
-}
-
-fn quiet() -> Logger {
-    Logger {
-        progress: Progress::Off,
-        every: 1000,
-    }
-}
+use nitro_run::{set_config_report, Distributed, HookError, Logger, ModelParts, Nitro, Optimizer};
 
 /// A linear least-squares model in f64: one Dense, no activation.
 #[derive(Experiment, Debug)]

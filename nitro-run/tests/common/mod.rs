@@ -178,10 +178,15 @@ impl nitro_run::Experiment for Tiny {
         }
     }
     fn logger(&self) -> Logger {
-        Logger {
-            progress: Progress::Off,
-            every: 1000,
-        }
+        quiet()
+    }
+}
+
+/// A logger that prints nothing (no progress, a log row every 1000 steps).
+pub fn quiet() -> Logger {
+    Logger {
+        progress: Progress::Off,
+        every: 1000,
     }
 }
 
