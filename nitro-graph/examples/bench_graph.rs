@@ -1,7 +1,8 @@
 //! nitro-graph benchmarks: one JSON object per line on stdout (see
 //! shared/BENCH.md); progress on stderr. Names on the command line select
 //! benches (`sgemm`, `mlp_train_step`, `mlp_compile`, `cnn_train_step`,
-//! `mlp_predict`, `cnn_predict`, `gpt_train_step`, `gpt_predict`); none
+//! `mlp_predict`, `cnn_predict`, `gpt_train_step`, `gpt_predict`, and
+//! `matmul_shapes`: each product of the MLP and GPT steps alone); none
 //! runs all. Every line says the SIMD
 //! level the gemm kernels dispatched to and the worker threads.
 
@@ -12,6 +13,9 @@ use nitro_graph::nn::zoo;
 use nitro_graph::nn::zoo::GptConfig;
 use nitro_graph::{compile, Array, CompileOptions, DType, TensorSpec};
 use std::time::Instant;
+
+#[path = "parts/matmul_shapes.rs"]
+mod matmul_shapes;
 
 /// `"simd":..,"threads":..` for every line: what this run really used.
 fn machine() -> String {
@@ -335,5 +339,9 @@ fn main() {
     if run("gpt_predict") {
         eprintln!("bench: gpt_predict");
         bench_gpt_predict(20);
+    }
+    if run("matmul_shapes") {
+        eprintln!("bench: matmul_shapes");
+        matmul_shapes::bench_matmul_shapes(30);
     }
 }

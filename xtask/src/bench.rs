@@ -248,7 +248,8 @@ fn peer_round(
 
 /// What identifies one bench line across rounds.
 fn identity(l: &Map<String, Value>) -> String {
-    ["bench", "n", "via", "batch"]
+    // `model` and `product` tell apart the lines of `matmul_shapes`.
+    ["bench", "n", "via", "batch", "model", "product"]
         .iter()
         .map(|k| l.get(*k).map(Value::to_string).unwrap_or_default())
         .collect::<Vec<_>>()
@@ -438,6 +439,24 @@ mod tests {
         assert_eq!(merged.len(), 1);
         assert_eq!(number(&merged[0], "median_ms"), Some(5.0));
         assert_eq!(merged[0]["rounds_ms"], serde_json::json!([5.0, 9.0, 4.0]));
+    }
+
+    #[test]
+    fn products_of_one_width_merge_apart() {
+        let round = |a: f64, b: f64| {
+            vec![
+                line(&format!(
+                    r#"{{"bench":"matmul_shapes","model":"mlp","product":"fc2 forward","batch":1,"n":512,"median_ms":{a}}}"#
+                )),
+                line(&format!(
+                    r#"{{"bench":"matmul_shapes","model":"mlp","product":"fc2 input grad","batch":1,"n":512,"median_ms":{b}}}"#
+                )),
+            ]
+        };
+        let m = merge(vec![round(1.0, 5.0), round(2.0, 6.0), round(3.0, 7.0)]);
+        assert_eq!(m.len(), 2);
+        assert_eq!(number(&m[0], "median_ms"), Some(2.0));
+        assert_eq!(number(&m[1], "median_ms"), Some(6.0));
     }
 
     #[test]
