@@ -17,20 +17,18 @@ import json
 import sys
 import time
 
-torch = None  # imported once nitro's side has finished (see main)
 
-
-def operand(batch, rows, cols, transposed):
+def operand(torch, batch, rows, cols, transposed):
     """A [batch,] rows x cols operand, as a transposed view when `transposed`."""
     shape = (cols, rows) if transposed else (rows, cols)
     x = torch.rand((batch,) + shape if batch > 1 else shape)
     return x.transpose(-1, -2) if transposed else x
 
 
-def torch_ms(r):
+def torch_ms(torch, r):
     b, m, k, n = r["batch"], r["m"], r["k"], r["n"]
-    a = operand(b, m, k, r["ta"])
-    w = operand(b, k, n, r["tb"])
+    a = operand(torch, b, m, k, r["ta"])
+    w = operand(torch, b, k, n, r["tb"])
     out = torch.empty((b, m, n) if b > 1 else (m, n))
     mm = (lambda: torch.bmm(a, w, out=out)) if b > 1 else (lambda: torch.mm(a, w, out=out))
     for _ in range(5):
@@ -50,15 +48,13 @@ def main():
     lines = [l.strip() for l in sys.stdin.read().splitlines()]
     rows = [json.loads(l) for l in lines if l.startswith("{")]
     # Importing torch takes seconds of CPU: only after nitro's side is done.
-    global torch
-    import torch as imported
+    import torch
 
-    torch = imported
     for r in rows:
         if r.get("bench") != "matmul_shapes":
             continue
         torch.set_num_threads(r["threads"])
-        ms = torch_ms(r)
+        ms = torch_ms(torch, r)
         flop = 2.0 * r["batch"] * r["m"] * r["k"] * r["n"]
         r["torch_ms"] = round(ms, 4)
         r["torch_gflops"] = round(flop / (ms * 1e-3) / 1e9, 1)

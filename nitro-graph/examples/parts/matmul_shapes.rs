@@ -9,141 +9,85 @@
 use super::{machine, median, random_array, time_runs};
 use nitro_graph::{compile, CompileOptions, TensorSpec};
 
-/// A product `op(a)[m, k] @ op(b)[k, n]`, `batch` times, as a step runs it.
-struct Product {
-    model: &'static str,
-    what: &'static str,
-    batch: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    ta: bool,
-    tb: bool,
-}
+/// A product `op(a)[m, k] @ op(b)[k, n]`, `batch` times, as a step runs
+/// it: (what, batch, (m, k, n), (a transposed, b transposed)).
+type Product = (&'static str, usize, (usize, usize, usize), (bool, bool));
 
-const fn p(
-    model: &'static str,
-    what: &'static str,
-    batch: usize,
-    (m, k, n): (usize, usize, usize),
-    (ta, tb): (bool, bool),
-) -> Product {
-    Product {
-        model,
-        what,
-        batch,
-        m,
-        k,
-        n,
-        ta,
-        tb,
-    }
-}
+/// Layouts: `x @ w` (forward), `dy @ w^T` (input gradient), `x^T @ dy`
+/// (weight gradient).
+const NN: (bool, bool) = (false, false);
+const NT: (bool, bool) = (false, true);
+const TN: (bool, bool) = (true, false);
 
-/// The MLP 784-512-512-10 at b = 256 and the GPT of `peers/gpt_step.py`
-/// (2048 positions, d 256, 4 heads, MLP 1024, vocab 96): forward `x @ w`,
-/// input gradient `dy @ w^T`, weight gradient `x^T @ dy`.
-const PRODUCTS: &[Product] = &[
-    p("mlp", "fc1 forward", 1, (256, 784, 512), (false, false)),
-    p("mlp", "fc1 weight grad", 1, (784, 256, 512), (true, false)),
-    p("mlp", "fc2 forward", 1, (256, 512, 512), (false, false)),
-    p("mlp", "fc2 input grad", 1, (256, 512, 512), (false, true)),
-    p("mlp", "fc2 weight grad", 1, (512, 256, 512), (true, false)),
-    p("mlp", "head forward", 1, (256, 512, 10), (false, false)),
-    p("mlp", "head input grad", 1, (256, 10, 512), (false, true)),
-    p("mlp", "head weight grad", 1, (512, 256, 10), (true, false)),
-    p("gpt", "qkv forward", 1, (2048, 256, 768), (false, false)),
-    p("gpt", "qkv input grad", 1, (2048, 768, 256), (false, true)),
-    p("gpt", "qkv weight grad", 1, (256, 2048, 768), (true, false)),
-    p("gpt", "proj forward", 1, (2048, 256, 256), (false, false)),
-    p("gpt", "proj input grad", 1, (2048, 256, 256), (false, true)),
-    p(
-        "gpt",
-        "proj weight grad",
-        1,
-        (256, 2048, 256),
-        (true, false),
-    ),
-    p("gpt", "fc1 forward", 1, (2048, 256, 1024), (false, false)),
-    p("gpt", "fc1 input grad", 1, (2048, 1024, 256), (false, true)),
-    p(
-        "gpt",
-        "fc1 weight grad",
-        1,
-        (256, 2048, 1024),
-        (true, false),
-    ),
-    p("gpt", "fc2 forward", 1, (2048, 1024, 256), (false, false)),
-    p("gpt", "fc2 input grad", 1, (2048, 256, 1024), (false, true)),
-    p(
-        "gpt",
-        "fc2 weight grad",
-        1,
-        (1024, 2048, 256),
-        (true, false),
-    ),
-    p("gpt", "scores q k^T", 64, (128, 64, 128), (false, true)),
-    p("gpt", "weights @ v", 64, (128, 128, 64), (false, false)),
-    p(
-        "gpt",
-        "attention grads p^T dy",
-        64,
-        (128, 128, 64),
-        (true, false),
-    ),
-    p("gpt", "head forward", 1, (2048, 256, 96), (false, false)),
-    p("gpt", "head input grad", 1, (2048, 96, 256), (false, true)),
-    p("gpt", "head weight grad", 1, (256, 2048, 96), (true, false)),
+/// The MLP 784-512-512-10 at b = 256.
+const MLP: &[Product] = &[
+    ("fc1 forward", 1, (256, 784, 512), NN),
+    ("fc1 weight grad", 1, (784, 256, 512), TN),
+    ("fc2 forward", 1, (256, 512, 512), NN),
+    ("fc2 input grad", 1, (256, 512, 512), NT),
+    ("fc2 weight grad", 1, (512, 256, 512), TN),
+    ("head forward", 1, (256, 512, 10), NN),
+    ("head input grad", 1, (256, 10, 512), NT),
+    ("head weight grad", 1, (512, 256, 10), TN),
 ];
+
+/// The GPT of `peers/gpt_step.py`: 2048 positions, d 256, 4 heads of 64,
+/// MLP 1024, vocab 96.
+const GPT: &[Product] = &[
+    ("qkv forward", 1, (2048, 256, 768), NN),
+    ("qkv input grad", 1, (2048, 768, 256), NT),
+    ("qkv weight grad", 1, (256, 2048, 768), TN),
+    ("proj forward", 1, (2048, 256, 256), NN),
+    ("proj input grad", 1, (2048, 256, 256), NT),
+    ("proj weight grad", 1, (256, 2048, 256), TN),
+    ("fc1 forward", 1, (2048, 256, 1024), NN),
+    ("fc1 input grad", 1, (2048, 1024, 256), NT),
+    ("fc1 weight grad", 1, (256, 2048, 1024), TN),
+    ("fc2 forward", 1, (2048, 1024, 256), NN),
+    ("fc2 input grad", 1, (2048, 256, 1024), NT),
+    ("fc2 weight grad", 1, (1024, 2048, 256), TN),
+    ("scores q k^T", 64, (128, 64, 128), NT),
+    ("weights @ v", 64, (128, 128, 64), NN),
+    ("attention grads p^T dy", 64, (128, 128, 64), TN),
+    ("head forward", 1, (2048, 256, 96), NN),
+    ("head input grad", 1, (2048, 96, 256), NT),
+    ("head weight grad", 1, (256, 2048, 96), TN),
+];
+
+/// The stored shape of an operand whose op is `rows x cols`: `[batch,]`
+/// then `[cols, rows]` when it is transposed.
+fn stored(batch: usize, rows: usize, cols: usize, transposed: bool) -> Vec<usize> {
+    let lead = if batch > 1 { vec![batch] } else { vec![] };
+    let (r, c) = if transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
+    };
+    [lead, vec![r, c]].concat()
+}
 
 /// Time each product alone (median of `runs` after a warm-up).
 pub fn bench_matmul_shapes(runs: usize) {
-    for (i, pr) in PRODUCTS.iter().enumerate() {
-        let lead = if pr.batch > 1 { vec![pr.batch] } else { vec![] };
-        let a = [
-            lead.clone(),
-            if pr.ta {
-                vec![pr.k, pr.m]
-            } else {
-                vec![pr.m, pr.k]
-            },
-        ]
-        .concat();
-        let b = [
-            lead,
-            if pr.tb {
-                vec![pr.n, pr.k]
-            } else {
-                vec![pr.k, pr.n]
-            },
-        ]
-        .concat();
-        let (ta, tb) = (pr.ta, pr.tb);
+    let all = MLP
+        .iter()
+        .map(|p| ("mlp", p))
+        .chain(GPT.iter().map(|p| ("gpt", p)));
+    for (i, (model, &(what, batch, (m, k, n), (ta, tb)))) in all.enumerate() {
+        let (a, b) = (stored(batch, m, k, ta), stored(batch, k, n, tb));
         let program = compile(
             &[("a", TensorSpec::f32(&a)), ("b", TensorSpec::f32(&b))],
             CompileOptions::named("matmul_shape"),
             |_, t| Ok(vec![("c".into(), t[0].matmul_t(&t[1], ta, tb))]),
         )
         .expect("one product compiles");
-        let mut args = [
-            random_array(&a, 2 * i as u64),
-            random_array(&b, 2 * i as u64 + 1),
-        ];
+        let seed = 2 * i as u64;
+        let mut args = [random_array(&a, seed), random_array(&b, seed + 1)];
         let ms = median(time_runs(5, runs, || {
             program.run(&mut args).expect("runs");
         }));
-        let flop = 2.0 * (pr.batch * pr.m * pr.k * pr.n) as f64;
+        let gflops = 2.0 * (batch * m * k * n) as f64 / (ms * 1e-3) / 1e9;
         println!(
-            "{{\"bench\":\"matmul_shapes\",\"model\":\"{}\",\"product\":\"{}\",\"batch\":{},\"m\":{},\"k\":{},\"n\":{},\"ta\":{},\"tb\":{},\"median_ms\":{ms:.4},\"gflops\":{:.1},\"runs\":{runs},{}}}",
-            pr.model,
-            pr.what,
-            pr.batch,
-            pr.m,
-            pr.k,
-            pr.n,
-            pr.ta,
-            pr.tb,
-            flop / (ms * 1e-3) / 1e9,
+            "{{\"bench\":\"matmul_shapes\",\"model\":\"{model}\",\"product\":\"{what}\",\"batch\":{batch},\"m\":{m},\"k\":{k},\"n\":{n},\"ta\":{ta},\"tb\":{tb},\"median_ms\":{ms:.4},\"gflops\":{gflops:.1},\"runs\":{runs},{}}}",
             machine()
         );
     }
