@@ -112,6 +112,16 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// The number of timed calls: `NITRO_BENCH_STEPS=N` (as in nitro-graph's
+/// bench) where set, for longer runs on a noisy machine or under a
+/// profiler; `default` otherwise.
+fn runs_or(default: usize) -> usize {
+    std::env::var("NITRO_BENCH_STEPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(default, |n: usize| n.max(1))
+}
+
 fn images(n: usize) -> nitro_data::Batch {
     let set = generate_split(n, 5, Split::Test).expect("digits generate");
     set.gather(&(0..n).collect::<Vec<_>>(), &["image"])
@@ -144,7 +154,7 @@ fn mlp_predict() -> Result<(), Box<dyn std::error::Error>> {
     let mut n = Nitro::new(e)?;
     let b = images(256);
     n.predict(&b)?;
-    let runs = 30;
+    let runs = runs_or(30);
     let mut times = vec![];
     for _ in 0..runs {
         let t = Instant::now();
