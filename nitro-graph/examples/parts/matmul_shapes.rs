@@ -66,13 +66,23 @@ fn stored(batch: usize, rows: usize, cols: usize, transposed: bool) -> Vec<usize
     [lead, vec![r, c]].concat()
 }
 
-/// Time each product alone (median of `runs` after a warm-up).
+/// Time each product alone (median of `runs` after a warm-up);
+/// `NITRO_PRODUCT=TEXT` times only the products whose "model product"
+/// name contains TEXT (`NITRO_PRODUCT="gpt qkv"`), one shape under a
+/// profiler.
 pub fn bench_matmul_shapes(runs: usize) {
     let all = MLP
         .iter()
         .map(|p| ("mlp", p))
         .chain(GPT.iter().map(|p| ("gpt", p)));
+    let only = std::env::var("NITRO_PRODUCT").ok();
     for (i, (model, &(what, batch, (m, k, n), (ta, tb)))) in all.enumerate() {
+        if only
+            .as_ref()
+            .is_some_and(|o| !format!("{model} {what}").contains(o.as_str()))
+        {
+            continue;
+        }
         let (a, b) = (stored(batch, m, k, ta), stored(batch, k, n, tb));
         let program = compile(
             &[("a", TensorSpec::f32(&a)), ("b", TensorSpec::f32(&b))],
