@@ -153,6 +153,16 @@ impl<E: Experiment> Nitro<E> {
     }
 }
 
+impl<E: Experiment> Nitro<E> {
+    /// The compiled train step's kernels, one line each in launch order
+    /// (the lines a per-kernel profile names), compiling the train step if
+    /// it is not compiled yet: what fused, which matmuls carry epilogues,
+    /// which updates run as one register-resident loop (`as adam+guard`).
+    pub fn train_listing(&mut self) -> Result<String> {
+        Ok(self.program(&self.train_kind())?.program().listing())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::human;

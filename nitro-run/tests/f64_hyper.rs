@@ -177,6 +177,11 @@ fn f64_adam_and_adamw_steps_equal_the_reference_through_both_apis() {
         .unwrap();
         n.train().unwrap();
         assert_eq!(n.step(), 1);
+        // Each parameter's guarded update runs as one loop (bit for bit the
+        // chunk loop's: nitro-graph's fused tests), so the reference
+        // comparison below checks that loop's numerics too.
+        let listing = n.train_listing().unwrap();
+        assert_eq!(listing.matches(" as adam+guard]").count(), 2, "{listing}");
         let got: Vec<(String, Vec<f64>)> = n
             .params()
             .into_iter()

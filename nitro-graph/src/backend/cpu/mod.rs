@@ -90,8 +90,8 @@ impl CpuExecutable {
             .iter()
             .map(|k| match k {
                 CpuKernel::Fused(f) => format!(
-                    "fused[{} instrs] reads {:?} writes {:?}",
-                    f.instr_count(),
+                    "fused[{}] reads {:?} writes {:?}",
+                    f.label(),
                     f.inputs.iter().map(|n| format!("%{n}")).collect::<Vec<_>>(),
                     f.outputs
                         .iter()
@@ -100,9 +100,9 @@ impl CpuExecutable {
                 ),
                 CpuKernel::Conv(n, _) => format!("conv -> %{n}: {}", graph.nodes[*n].spec),
                 CpuKernel::Epilogue(n, f) => format!(
-                    "matmul -> %{n}: {} + epilogue[{} instrs] writes {:?}",
+                    "matmul -> %{n}: {} + epilogue[{}] writes {:?}",
                     graph.nodes[*n].spec,
-                    f.instr_count(),
+                    f.label(),
                     f.outputs
                         .iter()
                         .map(|o| format!("%{o}"))

@@ -13,6 +13,10 @@
 //! with the same row kernels the unfused reduction uses, so fusing never
 //! changes a result bit.
 //!
+//! A group that is a known long chain (the Adam update, `whole`) runs as
+//! one loop keeping its temporaries in vector registers instead, bit for
+//! bit the chunk loop's results.
+//!
 //! The chunk loops (`chunk`) are built three times: for the architecture's
 //! baseline and inside AVX2 and AVX-512 entry points chosen at run time,
 //! once per task ([`super::simd`]). Without it the crate's SSE2 build left most
@@ -22,6 +26,7 @@
 mod chunk;
 mod pairs;
 mod regs;
+mod whole;
 
 pub use chunk::uniform;
 
@@ -64,6 +69,9 @@ pub struct FusedKernel {
     /// Rows and elements per row of the tails (all alike; 0 without tails).
     rows: usize,
     row_len: usize,
+    /// The group as one register-resident loop, when it is a known chain
+    /// (`whole`); the instructions above stay for listings.
+    whole: Option<whole::Whole>,
 }
 
 /// A reduction of one register's values, row block by row block.
@@ -91,6 +99,7 @@ impl FusedKernel {
             tails: vec![],
             rows: group.tails.first().map_or(0, |t| t.blocks.rows),
             row_len: group.tails.first().map_or(0, |t| t.blocks.row_len()),
+            whole: None,
         };
         let mut reg_of: HashMap<NodeId, usize> = HashMap::new();
         let mut source_reg: HashMap<String, usize> = HashMap::new();
@@ -247,12 +256,32 @@ impl FusedKernel {
         let compute = pairs::fuse_pairs(pairs::gelu_pairs(compute), &k.classes, &kept);
         k.constants = fills.len();
         k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
+        if group.tails.is_empty() {
+            let out_dtypes: Vec<DType> = group
+                .stores
+                .iter()
+                .map(|&s| graph.nodes[s].spec.dtype)
+                .collect();
+            let (constants, compute) = k.instrs.split_at(k.constants);
+            k.whole = whole::recognize(
+                constants,
+                compute,
+                &k.views,
+                &k.classes,
+                &k.stores,
+                &out_dtypes,
+            );
+        }
         k
     }
 
-    /// Number of register instructions (for listings).
-    pub fn instr_count(&self) -> usize {
-        self.instrs.len()
+    /// What the kernel runs, for listings: its register instruction
+    /// count, and the whole-group loop that replaces them, if any.
+    pub fn label(&self) -> String {
+        match &self.whole {
+            Some(w) => format!("{} instrs as {}", self.instrs.len(), w.name()),
+            None => format!("{} instrs", self.instrs.len()),
+        }
     }
 
     /// Run over all elements, reading `inputs` and writing `outputs`.
@@ -382,6 +411,9 @@ impl FusedKernel {
         for instr in &self.instrs[..self.constants] {
             exec(instr, regs, reads, 0, CHUNK);
         }
+        if let Some(w) = &self.whole {
+            return w.run(regs, inputs, outputs, start, end);
+        }
         let mut at = start;
         while at < end {
             let len = CHUNK.min(end - at);
@@ -465,3 +497,5 @@ fn iota_instr(graph: &Graph, n: NodeId, dst: usize) -> Instr {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_whole;
