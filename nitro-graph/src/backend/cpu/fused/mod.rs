@@ -257,20 +257,18 @@ impl FusedKernel {
         k.constants = fills.len();
         k.instrs = fills.into_iter().chain(loads).chain(compute).collect();
         if group.tails.is_empty() {
-            let out_dtypes: Vec<DType> = group
-                .stores
-                .iter()
-                .map(|&s| graph.nodes[s].spec.dtype)
-                .collect();
+            let dtypes = |nodes: &[NodeId]| -> Vec<DType> {
+                nodes.iter().map(|&n| graph.nodes[n].spec.dtype).collect()
+            };
             let (constants, compute) = k.instrs.split_at(k.constants);
-            k.whole = whole::recognize(
+            k.whole = whole::recognize(&whole::Shape {
                 constants,
                 compute,
-                &k.views,
-                &k.classes,
-                &k.stores,
-                &out_dtypes,
-            );
+                views: &k.views,
+                classes: &k.classes,
+                stores: &k.stores,
+                out_dtypes: &dtypes(&group.stores),
+            });
         }
         k
     }
@@ -497,5 +495,3 @@ fn iota_instr(graph: &Graph, n: NodeId, dst: usize) -> Instr {
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_whole;

@@ -6,8 +6,8 @@
 //! memory plan arranges for a donated update. A group that differs from
 //! the template in one step is left to the chunk loop.
 
-use super::regs::Reg;
-use super::{FusedKernel, Span};
+use crate::backend::cpu::fused::regs::Reg;
+use crate::backend::cpu::fused::{FusedKernel, Span};
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::{schedule, Kernel, Rules};
 use crate::ir::{Graph, TensorSpec};
