@@ -221,9 +221,11 @@ fn is_one_program_updating_params_and_moments_in_place() {
     // 3 forward matmuls, 5 backward, reductions, and ONE fused kernel per
     // parameter for its whole Adam update (p, m and v together).
     assert!(program.kernel_count() <= 40, "{}", program.listing());
-    // Each update runs as one register-resident loop, not an instruction
-    // per pass (the loop equals the chunk loop bit for bit: the fused
-    // tests; the reference tests above check both against f64 loops).
+    // Each update, and each hidden layer's bias + ReLU, runs as one
+    // register-resident loop, not an instruction per pass (the loops equal
+    // the chunk loop bit for bit: the fused tests; the reference tests
+    // above check both against f64 loops).
     let listing = program.listing();
     assert_eq!(listing.matches(" as adam]").count(), 6, "{listing}");
+    assert_eq!(listing.matches(" as bias+relu]").count(), 2, "{listing}");
 }

@@ -268,6 +268,7 @@ impl FusedKernel {
                 classes: &k.classes,
                 stores: &k.stores,
                 out_dtypes: &dtypes(&group.stores),
+                in_dtypes: &dtypes(&k.inputs),
             });
         }
         k

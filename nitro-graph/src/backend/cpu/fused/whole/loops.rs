@@ -136,3 +136,57 @@ pub(super) unsafe fn adam<F: Float>(
         i += n;
     }
 }
+
+/// Where a bias + ReLU output goes: the sum, the mask or the ReLU (steps
+/// 0, 1, 2 of `super::BIAS_RELU`).
+#[derive(Clone, Copy)]
+pub(super) enum ReluOut<F: Copy> {
+    Sum(*mut F),
+    Mask(*mut bool),
+    Relu(*mut F),
+}
+
+/// `t = x + bias[col]`, `t > s`, `if t > s { t } else { s }` over elements
+/// `start..end` of a `[rows, cols]` group (`s` is the template's fill,
+/// zero for a ReLU), each written where `outs` asks.
+///
+/// # Safety
+/// `x` and every output hold elements `start..end`, `bias` holds `cols`;
+/// an output is either disjoint from `x` or the very same buffer.
+#[inline(always)]
+pub(super) unsafe fn bias_relu<F: Float>(
+    x: *const F,
+    bias: *const F,
+    cols: usize,
+    s: F,
+    outs: &[ReluOut<F>],
+    start: usize,
+    end: usize,
+) {
+    let mut i = start;
+    while i < end {
+        let col = i % cols;
+        // A block never crosses a row, so its bias is contiguous.
+        let n = LANES.min(end - i).min(cols - col);
+        // SAFETY: the caller's contract; the block is read before written.
+        unsafe {
+            let (x, b) = (load(x, i, n), load(bias, col, n));
+            let mut t = [F::default(); LANES];
+            let mut mask = [false; LANES];
+            let mut relu = [F::default(); LANES];
+            for j in 0..LANES {
+                t[j] = x[j].add(b[j]);
+                mask[j] = t[j] > s;
+                relu[j] = if mask[j] { t[j] } else { s };
+            }
+            for out in outs {
+                match *out {
+                    ReluOut::Sum(p) => store(p, i, n, &t),
+                    ReluOut::Mask(p) => store(p, i, n, &mask),
+                    ReluOut::Relu(p) => store(p, i, n, &relu),
+                }
+            }
+        }
+        i += n;
+    }
+}

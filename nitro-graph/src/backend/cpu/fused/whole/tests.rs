@@ -1,10 +1,11 @@
-//! The whole-group Adam loop (`whole`) computes bit for bit what the chunk
-//! loop computes for the same group: f32 and f64, with and without the
-//! guard (both flag values), over awkward values (±0, NaN, ±inf, negative
-//! second moments), a length that is not a multiple of the block, one over
-//! the parallel task size, and outputs written over their inputs as the
-//! memory plan arranges for a donated update. A group that differs from
-//! the template in one step is left to the chunk loop.
+//! The whole-group loops (`whole`) compute bit for bit what the chunk loop
+//! computes for the same group: f32 and f64, over awkward values (±0, NaN,
+//! ±inf, negative second moments), lengths that are not a multiple of the
+//! block, one over the parallel task size, and outputs written over their
+//! inputs as the memory plan arranges for a donated update. The Adam update
+//! with and without the guard (both flag values); bias + ReLU with any of
+//! its three results stored, rows not a multiple of the block. A group that
+//! differs from a template in one step is left to the chunk loop.
 
 use crate::backend::cpu::fused::regs::Reg;
 use crate::backend::cpu::fused::{FusedKernel, Span};
@@ -84,12 +85,12 @@ fn buffer(d: DType, v: &[f64]) -> HostBuffer {
 
 /// The only fused kernel of `graph` over `inputs`, run by the chunk loop
 /// and by `FusedKernel::run` (the whole-group loop where recognised), the
-/// outputs written over the g, m, v, p inputs (p, m, v in order) when
-/// `in_place`. Returns (chunk-loop bytes, run bytes, recognised name).
+/// outputs written over the inputs `in_place` names (one per output), if
+/// any. Returns (chunk-loop bytes, run bytes, recognised name).
 fn both(
     graph: &Graph,
     inputs: &[HostBuffer],
-    in_place: bool,
+    in_place: Option<&[usize]>,
 ) -> (Vec<Vec<u8>>, Vec<Vec<u8>>, Option<&'static str>) {
     let kernels: Vec<FusedKernel> = schedule(graph, Rules::default())
         .kernels
@@ -117,17 +118,14 @@ fn both(
         };
         let raws: Vec<Raw> = bufs.iter_mut().map(Raw::of).collect();
         let ins: Vec<Raw> = k.inputs.iter().map(|&n| raws[input_of(n)]).collect();
-        let out_raws: Vec<Raw> = if in_place {
-            // p, m, v over inputs 3, 1, 2 (the outputs' order is p, m, v).
-            [3, 1, 2].map(|i| raws[i]).to_vec()
-        } else {
-            outs.iter_mut().map(Raw::of).collect()
+        let out_raws: Vec<Raw> = match in_place {
+            Some(over) => over.iter().map(|&i| raws[i]).collect(),
+            None => outs.iter_mut().map(Raw::of).collect(),
         };
         run(&ins, &out_raws);
-        if in_place {
-            [3, 1, 2].iter().map(|&i| bufs[i].to_le_bytes()).collect()
-        } else {
-            outs.iter().map(|b| b.to_le_bytes()).collect()
+        match in_place {
+            Some(over) => over.iter().map(|&i| bufs[i].to_le_bytes()).collect(),
+            None => outs.iter().map(|b| b.to_le_bytes()).collect(),
         }
     };
     let base = go(&|i, o| {
@@ -172,14 +170,15 @@ fn the_whole_group_adam_loop_equals_the_chunk_loop_bit_for_bit() {
         for n in [7, 1000, 40_003] {
             for (guarded, ok) in [(false, true), (true, true), (true, false)] {
                 let graph = adam_graph(d, n, guarded, false);
-                for in_place in [false, true] {
+                // In place: p, m, v (the outputs' order) over inputs 3, 1, 2.
+                for in_place in [None, Some(&[3, 1, 2][..])] {
                     let (base, run, name) = both(&graph, &inputs(d, n, ok), in_place);
                     let want = if guarded { "adam+guard" } else { "adam" };
                     assert_eq!(name, Some(want), "{d} n={n}: the group is the template");
                     for (k, (b, r)) in base.iter().zip(&run).enumerate() {
                         assert!(
                             b == r,
-                            "{d} n={n} guarded={guarded} ok={ok} in_place={in_place}: output {k} differs"
+                            "{d} n={n} guarded={guarded} ok={ok} in_place={in_place:?}: output {k} differs"
                         );
                     }
                 }
@@ -193,7 +192,67 @@ fn a_group_that_differs_from_the_template_runs_on_the_chunk_loop() {
     // A gradient scale fused into the group (as clipping would) is one
     // step more than the template: not recognised, and still computed.
     let graph = adam_graph(DType::F32, 1000, true, true);
-    let (base, run, name) = both(&graph, &inputs(DType::F32, 1000, true), false);
+    let (base, run, name) = both(&graph, &inputs(DType::F32, 1000, true), None);
     assert_eq!(name, None);
     assert!(base == run);
+}
+
+/// `relu(x + bias)` over `[rows, cols]` as `nn::ops::relu` traces it; the
+/// outputs are those `keep` names of (sum, mask, relu).
+fn bias_relu_graph(d: DType, rows: usize, cols: usize, keep: [bool; 3]) -> Graph {
+    let specs = [
+        ("x", TensorSpec::new(d, &[rows, cols])),
+        ("b", TensorSpec::new(d, &[cols])),
+    ];
+    trace(&specs, |_, t| {
+        let sum = &t[0] + &t[1].reshape(&[1, cols]);
+        let zero = sum.scalar_like(0.0);
+        let mask = sum.gt(&zero);
+        let relu = mask.select(&sum, &zero);
+        Ok(["sum", "mask", "relu"]
+            .into_iter()
+            .zip([sum, mask, relu])
+            .zip(keep)
+            .filter(|(_, k)| *k)
+            .map(|((n, t), _)| (n.to_string(), t))
+            .collect())
+    })
+    .expect("traces")
+}
+
+#[test]
+fn the_whole_group_bias_relu_loop_equals_the_chunk_loop_bit_for_bit() {
+    for d in [DType::F32, DType::F64] {
+        // Rows shorter than a block, not a multiple of it, and a product
+        // over the parallel task size.
+        for (rows, cols) in [(3, 5), (37, 21), (300, 512)] {
+            let keeps = [
+                [false, false, true],
+                [false, true, true],
+                [true, true, true],
+                [true, false, false],
+            ];
+            for keep in keeps {
+                let graph = bias_relu_graph(d, rows, cols, keep);
+                let x = buffer(d, &stream(7, rows * cols));
+                let b = buffer(d, &stream(8, cols));
+                // The ReLU alone may be written over the product, as an
+                // epilogue over its dying matmul is.
+                let over: Option<&[usize]> = (keep == [false, false, true]).then_some(&[0]);
+                for in_place in [None, over]
+                    .into_iter()
+                    .collect::<std::collections::HashSet<_>>()
+                {
+                    let (base, run, name) = both(&graph, &[x.clone(), b.clone()], in_place);
+                    assert_eq!(name, Some("bias+relu"), "{d} {rows}x{cols} {keep:?}");
+                    for (k, (bb, r)) in base.iter().zip(&run).enumerate() {
+                        assert!(
+                            bb == r,
+                            "{d} {rows}x{cols} {keep:?} in_place={in_place:?}: output {k} differs"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
