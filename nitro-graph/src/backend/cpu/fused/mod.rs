@@ -411,7 +411,7 @@ impl FusedKernel {
             exec(instr, regs, reads, 0, CHUNK);
         }
         if let Some(w) = &self.whole {
-            return w.run(regs, inputs, outputs, start, end);
+            return w.run(regs, span);
         }
         let mut at = start;
         while at < end {
@@ -491,6 +491,27 @@ fn iota_instr(graph: &Graph, n: NodeId, dst: usize) -> Instr {
         dst,
         div,
         dim: shape[*axis],
+    }
+}
+
+/// The baseline build of the chunk loop over every element, past any
+/// whole-group loop: what the tests compare the other paths against.
+#[cfg(test)]
+impl FusedKernel {
+    fn run_baseline(&self, inputs: &[Raw], outputs: &[Raw]) {
+        let k = FusedKernel {
+            whole: None,
+            ..self.clone()
+        };
+        let mut regs: Vec<Reg> = k.classes.iter().map(|&c| Reg::new(c)).collect();
+        let span = Span {
+            inputs,
+            outputs,
+            scratch: &[],
+            start: 0,
+            end: k.numel,
+        };
+        k.run_chunks(&mut regs, span)
     }
 }
 

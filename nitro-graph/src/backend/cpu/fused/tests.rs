@@ -3,8 +3,7 @@
 //! does: every op, on values that include ±0, NaN, ±inf and chunk
 //! remainders, compared bit for bit.
 
-use super::regs::Reg;
-use super::{FusedKernel, Span};
+use super::FusedKernel;
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::{schedule, Kernel, Rules};
 use crate::ir::{Graph, Op, TensorSpec};
@@ -134,17 +133,7 @@ fn both_builds(graph: &Graph, inputs: &mut [HostBuffer]) -> (Vec<Vec<u8>>, Vec<V
             run(&ins, &raws);
             bufs.iter().map(|b| b.to_le_bytes()).collect()
         };
-        base.extend(outs(&|i, o| {
-            let mut regs: Vec<Reg> = k.classes.iter().map(|&c| Reg::new(c)).collect();
-            let span = Span {
-                inputs: i,
-                outputs: o,
-                scratch: &[],
-                start: 0,
-                end: k.numel,
-            };
-            k.run_chunks(&mut regs, span)
-        }));
+        base.extend(outs(&|i, o| k.run_baseline(i, o)));
         wide.extend(outs(&|i, o| k.run(i, o)));
     }
     (base, wide)

@@ -38,7 +38,7 @@ mod tests;
 
 use super::chunk::Instr;
 use super::regs::{Class, Reg, View};
-use crate::backend::cpu::raw::Raw;
+use super::Span;
 use crate::fusion::Access;
 use crate::ir::{BinaryOp, CmpOp, UnaryOp};
 use loops::{Float, ReluOut};
@@ -225,9 +225,10 @@ fn matched(t: &Template, steps: &[Instr], rows: &[(usize, Row)], k: &Shape<'_>) 
             })
     };
     let row = |r: usize| rows.iter().find(|(reg, _)| *reg == r).map(|(_, row)| *row);
+    let is_row = |r: usize| row(r).is_some();
     let mut b = Binding::default();
     for (instr, step) in steps.iter().zip(t.steps) {
-        let mut bind = |r: usize, arg: Arg| b.bind(r, arg, k.views, &scalar, &row);
+        let mut bind = |r: usize, arg: Arg| b.bind(r, arg, k.views, &scalar, &is_row);
         let dst = match (instr, *step) {
             (Instr::Binary { dst, op, a, b: y }, Step::Bin(op2, a2, y2)) if *op == op2 => {
                 (bind(*a, a2) && bind(*y, y2)).then_some(*dst)
@@ -273,11 +274,8 @@ fn matched(t: &Template, steps: &[Instr], rows: &[(usize, Row)], k: &Shape<'_>) 
         _ => return None,
     };
     // Rows are read as stored, so they must be stored in the class.
-    if b.rows
-        .iter()
-        .flatten()
-        .any(|r| k.in_dtypes[r.input] != dtype)
-    {
+    let bound_rows: Vec<Row> = b.rows.iter().map(|r| row((*r)?)).collect::<Option<_>>()?;
+    if bound_rows.iter().any(|r| k.in_dtypes[r.input] != dtype) {
         return None;
     }
     // Each output a storable step in its register's own dtype (a float in
@@ -308,9 +306,34 @@ fn matched(t: &Template, steps: &[Instr], rows: &[(usize, Row)], k: &Shape<'_>) 
             .into_iter()
             .map(|r| k.views[r?])
             .collect::<Option<_>>()?,
-        rows: b.rows.into_iter().collect::<Option<_>>()?,
+        rows: bound_rows,
         stored,
     })
+}
+
+/// A chain's float type, read from a register filled with one scalar.
+trait Scalar: Sized {
+    fn of(r: &Reg) -> Self;
+}
+
+impl Scalar for f32 {
+    #[inline(always)]
+    fn of(r: &Reg) -> f32 {
+        match r {
+            Reg::F32(v) => v[0],
+            _ => unreachable!("an f32 scalar"),
+        }
+    }
+}
+
+impl Scalar for f64 {
+    #[inline(always)]
+    fn of(r: &Reg) -> f64 {
+        match r {
+            Reg::F64(v) => v[0],
+            _ => unreachable!("an f64 scalar"),
+        }
+    }
 }
 
 /// The registers bound to a template's leaves and steps so far.
@@ -318,8 +341,7 @@ fn matched(t: &Template, steps: &[Instr], rows: &[(usize, Row)], k: &Shape<'_>) 
 struct Binding {
     scalars: Vec<Option<usize>>,
     streams: Vec<Option<usize>>,
-    rows: Vec<Option<Row>>,
-    row_regs: Vec<Option<usize>>,
+    rows: Vec<Option<usize>>,
     steps: Vec<usize>,
 }
 
@@ -331,7 +353,7 @@ impl Binding {
         arg: Arg,
         views: &[Option<View>],
         scalar: &dyn Fn(usize) -> bool,
-        row: &dyn Fn(usize) -> Option<Row>,
+        row: &dyn Fn(usize) -> bool,
     ) -> bool {
         fn slot(v: &mut Vec<Option<usize>>, i: usize, r: usize, ok: bool) -> bool {
             if v.len() <= i {
@@ -350,55 +372,34 @@ impl Binding {
             T(j) => self.steps.get(j) == Some(&r),
             S(i) => slot(&mut self.scalars, i, r, scalar(r)),
             V(i) => slot(&mut self.streams, i, r, views[r].is_some()),
-            R(i) => {
-                let found = row(r);
-                let ok = slot(&mut self.row_regs, i, r, found.is_some());
-                if ok {
-                    self.rows.resize(self.row_regs.len(), None);
-                    self.rows[i] = found;
-                }
-                ok
-            }
+            R(i) => slot(&mut self.rows, i, r, row(r)),
         }
     }
 }
 
 impl Whole {
-    /// Elements `start..end` of the group. `regs` hold the scalar leaves
-    /// (the constants ran); `inputs` and `outputs` are the kernel's.
+    /// Elements `span.start..span.end` of the group (no tails, so no
+    /// scratch). `regs` hold the scalar leaves (the constants ran).
     /// Inlined into each `#[target_feature]` build of the chunk loop.
     #[inline(always)]
-    pub(super) fn run(
-        &self,
-        regs: &[Reg],
-        inputs: &[Raw],
-        outputs: &[Raw],
-        start: usize,
-        end: usize,
-    ) {
+    pub(super) fn run(&self, regs: &[Reg], span: Span<'_>) {
         match self.class {
-            Class::F32 => self.run_as::<f32>(regs, inputs, outputs, start, end, |r| match r {
-                Reg::F32(v) => v[0],
-                _ => unreachable!("an f32 scalar"),
-            }),
-            Class::F64 => self.run_as::<f64>(regs, inputs, outputs, start, end, |r| match r {
-                Reg::F64(v) => v[0],
-                _ => unreachable!("an f64 scalar"),
-            }),
+            Class::F32 => self.run_as::<f32>(regs, span),
+            Class::F64 => self.run_as::<f64>(regs, span),
             _ => unreachable!("float chains only"),
         }
     }
 
     #[inline(always)]
-    fn run_as<F: Float>(
-        &self,
-        regs: &[Reg],
-        inputs: &[Raw],
-        outputs: &[Raw],
-        start: usize,
-        end: usize,
-        scalar: impl Fn(&Reg) -> F,
-    ) {
+    fn run_as<F: Float + Scalar>(&self, regs: &[Reg], span: Span<'_>) {
+        let Span {
+            inputs,
+            outputs,
+            start,
+            end,
+            ..
+        } = span;
+        let scalar = F::of;
         let stream = |k: usize| {
             let View { input, start } = self.streams[k];
             inputs[input].ptr::<F>().wrapping_add(start) as *const F

@@ -7,8 +7,7 @@
 //! its three results stored, rows not a multiple of the block. A group that
 //! differs from a template in one step is left to the chunk loop.
 
-use crate::backend::cpu::fused::regs::Reg;
-use crate::backend::cpu::fused::{FusedKernel, Span};
+use crate::backend::cpu::fused::FusedKernel;
 use crate::backend::cpu::raw::Raw;
 use crate::fusion::{schedule, Kernel, Rules};
 use crate::ir::{Graph, TensorSpec};
@@ -103,8 +102,6 @@ fn both(
     assert_eq!(kernels.len(), 1, "one fused group");
     let k = &kernels[0];
     let name = k.whole.as_ref().map(|w| w.name());
-    let mut chunk_loop = k.clone();
-    chunk_loop.whole = None;
     let go = |run: &dyn Fn(&[Raw], &[Raw])| -> Vec<Vec<u8>> {
         let mut bufs: Vec<HostBuffer> = inputs.to_vec();
         let mut outs: Vec<HostBuffer> = k
@@ -128,17 +125,7 @@ fn both(
             None => outs.iter().map(|b| b.to_le_bytes()).collect(),
         }
     };
-    let base = go(&|i, o| {
-        let mut regs: Vec<Reg> = chunk_loop.classes.iter().map(|&c| Reg::new(c)).collect();
-        let span = Span {
-            inputs: i,
-            outputs: o,
-            scratch: &[],
-            start: 0,
-            end: chunk_loop.numel,
-        };
-        chunk_loop.run_chunks(&mut regs, span)
-    });
+    let base = go(&|i, o| k.run_baseline(i, o));
     let run = go(&|i, o| k.run(i, o));
     (base, run, name)
 }
