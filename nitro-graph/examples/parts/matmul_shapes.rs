@@ -3,7 +3,11 @@
 //! per product with its GFLOPS. It says which products of a step run below
 //! the machine's matmul rate, and (through `peers/matmul_shapes.py`, which
 //! reads these lines and times the same products with torch on MKL) by how
-//! much each trails the BLAS the peers use. What it does not own: the steps
+//! much each trails the BLAS the peers use. `NITRO_COLD=1` times each
+//! run after writing over a buffer larger than the last-level cache, so
+//! the operands come from memory as a step's long-lived activations do
+//! (a weight gradient reads what the forward wrote a whole step earlier);
+//! the lines then say `"cold":true`. What it does not own: the steps
 //! themselves (the other benches).
 
 use super::{machine, median, random_array, time_runs};
@@ -66,6 +70,28 @@ fn stored(batch: usize, rows: usize, cols: usize, transposed: bool) -> Vec<usize
     [lead, vec![r, c]].concat()
 }
 
+/// Bytes written between runs under `NITRO_COLD=1`: past any L3 this
+/// project's machines report.
+const EVICT_BYTES: usize = 1 << 30;
+
+/// `f` timed `runs` times after `warmup` untimed calls, each call after
+/// `evict` has run (untimed).
+fn timed_after(
+    warmup: usize,
+    runs: usize,
+    mut evict: impl FnMut(),
+    mut f: impl FnMut(),
+) -> Vec<f64> {
+    (0..warmup + runs)
+        .filter_map(|r| {
+            evict();
+            let t = std::time::Instant::now();
+            f();
+            (r >= warmup).then(|| t.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect()
+}
+
 /// Time each product alone (median of `runs` after a warm-up);
 /// `NITRO_PRODUCT=TEXT` times only the products whose "model product"
 /// name contains TEXT (`NITRO_PRODUCT="gpt qkv"`), one shape under a
@@ -76,6 +102,15 @@ pub fn bench_matmul_shapes(runs: usize) {
         .map(|p| ("mlp", p))
         .chain(GPT.iter().map(|p| ("gpt", p)));
     let only = std::env::var("NITRO_PRODUCT").ok();
+    let cold = std::env::var_os("NITRO_COLD").is_some();
+    let mut junk = vec![0u8; if cold { EVICT_BYTES } else { 0 }];
+    let mut evict = || {
+        // One write per cache line: every line of the cache is replaced.
+        for (i, b) in junk.iter_mut().enumerate().step_by(64) {
+            *b = i as u8;
+        }
+        std::hint::black_box(&junk);
+    };
     for (i, (model, &(what, batch, (m, k, n), (ta, tb)))) in all.enumerate() {
         if only
             .as_ref()
@@ -92,12 +127,19 @@ pub fn bench_matmul_shapes(runs: usize) {
         .expect("one product compiles");
         let seed = 2 * i as u64;
         let mut args = [random_array(&a, seed), random_array(&b, seed + 1)];
-        let ms = median(time_runs(5, runs, || {
-            program.run(&mut args).expect("runs");
-        }));
+        let times = if cold {
+            timed_after(2, runs, &mut evict, || {
+                program.run(&mut args).expect("runs");
+            })
+        } else {
+            time_runs(5, runs, || {
+                program.run(&mut args).expect("runs");
+            })
+        };
+        let ms = median(times);
         let gflops = 2.0 * (batch * m * k * n) as f64 / (ms * 1e-3) / 1e9;
         println!(
-            "{{\"bench\":\"matmul_shapes\",\"model\":\"{model}\",\"product\":\"{what}\",\"batch\":{batch},\"m\":{m},\"k\":{k},\"n\":{n},\"ta\":{ta},\"tb\":{tb},\"median_ms\":{ms:.4},\"gflops\":{gflops:.1},\"runs\":{runs},{}}}",
+            "{{\"bench\":\"matmul_shapes\",\"model\":\"{model}\",\"product\":\"{what}\",\"batch\":{batch},\"m\":{m},\"k\":{k},\"n\":{n},\"ta\":{ta},\"tb\":{tb},\"median_ms\":{ms:.4},\"gflops\":{gflops:.1},\"runs\":{runs},\"cold\":{cold},{}}}",
             machine()
         );
     }
