@@ -37,6 +37,15 @@ impl Tracer {
         }
         let relevant = self.relevant_nodes(loss.id, wrt);
         if let Some(id) = (0..relevant.len())
+            .find(|&id| relevant[id] && matches!(self.node(id).0, Op::AttentionGrad { .. }))
+        {
+            return Err(GraphError::Grad(format!(
+                "`attention_grad` (%{id}) lies between the loss and an input: attention \
+                 is differentiable once; for a second derivative build the attention \
+                 from matmul and softmax"
+            )));
+        }
+        if let Some(id) = (0..relevant.len())
             .find(|&id| relevant[id] && matches!(self.node(id).0, Op::AllReduceSum { .. }))
         {
             return Err(GraphError::Grad(format!(
@@ -197,6 +206,9 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
         // Refused before the walk (`Tracer::grad`): data-parallel training
         // all-reduces gradients after the backward pass, so no rule is needed.
         Op::AllReduceSum { .. } => vec![None],
+        Op::Attention { heads, causal } => vec![Some(x.attention_grad(g, *heads, *causal))],
+        // Refused before the walk, as a second derivative.
+        Op::AttentionGrad { .. } => vec![None, None],
         Op::Unary(u) => vec![match u {
             UnaryOp::Neg => Some(-g),
             UnaryOp::Exp => Some(g * out),

@@ -106,8 +106,14 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         | Op::Pad { .. }
         | Op::Im2Col { .. }
         | Op::Col2Im { .. }
+        | Op::Attention { .. }
         | Op::AllReduceSum { .. } => 1,
-        Op::Binary(_) | Op::Compare(_) | Op::Take | Op::ScatterAdd { .. } | Op::MatMul { .. } => 2,
+        Op::Binary(_)
+        | Op::Compare(_)
+        | Op::Take
+        | Op::ScatterAdd { .. }
+        | Op::MatMul { .. }
+        | Op::AttentionGrad { .. } => 2,
         Op::Select => 3,
         Op::Concat { .. } => args.len().max(1),
     };
@@ -415,6 +421,34 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
                 ));
             }
             Ok(TensorSpec::new(a.dtype, image))
+        }
+        Op::Attention { heads, .. } | Op::AttentionGrad { heads, .. } => {
+            let qkv = args[0];
+            float_only(&name, qkv.dtype)?;
+            let s = &qkv.shape;
+            if s.len() != 3 || *heads == 0 || s[2] % (3 * heads) != 0 {
+                return Err(GraphError::shape(
+                    &name,
+                    format!("needs a fused projection [batch, time, 3 dim] with dim a multiple of {heads} heads"),
+                    &[s],
+                    "project to 3 dim columns (q | k | v) with dim divisible by the heads",
+                ));
+            }
+            let out = [s[0], s[1], s[2] / 3];
+            if let Op::AttentionGrad { .. } = op {
+                let dy = args[1];
+                same_dtype(&name, qkv, dy)?;
+                if dy.shape != out {
+                    return Err(GraphError::shape(
+                        &name,
+                        "needs the output's cotangent [batch, time, dim]",
+                        &[s, &dy.shape],
+                        "",
+                    ));
+                }
+                return Ok(TensorSpec::new(qkv.dtype, s));
+            }
+            Ok(TensorSpec::new(qkv.dtype, &out))
         }
         Op::MatMul { ta, tb } => {
             let (a, b) = (args[0], args[1]);

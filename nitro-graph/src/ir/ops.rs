@@ -226,6 +226,29 @@ pub enum Op {
         /// Transpose `b`.
         tb: bool,
     },
+    /// Multi-head scaled dot-product self-attention over a fused projection
+    /// `qkv [b, t, 3 d]` (columns q | k | v, each `heads` contiguous heads
+    /// of `d / heads`): per head, `softmax(q k^T / sqrt(d / heads)) v`,
+    /// the heads side by side in `[b, t, d]`. Causal: position `i` attends
+    /// to positions `<= i` only (the others get weight exactly 0). One op,
+    /// so no backend materialises the heads' layouts or the scores beyond
+    /// one head at a time (the composite it replaces moved about 15 MB of
+    /// slices, permutes and score matrices per GPT layer).
+    Attention {
+        /// Attention heads (divides `d`).
+        heads: usize,
+        /// Whether later positions are masked.
+        causal: bool,
+    },
+    /// The adjoint of [`Op::Attention`]: `(qkv, dy [b, t, d])` to the
+    /// gradient `[b, t, 3 d]` of `qkv` (the weights recomputed per head).
+    /// Not differentiable again.
+    AttentionGrad {
+        /// Attention heads.
+        heads: usize,
+        /// Whether later positions are masked.
+        causal: bool,
+    },
     /// The element-wise sum of the argument over the `world_size` processes
     /// of a process group (XLA's all-reduce): same shape and dtype, bitwise
     /// equal on every rank (summed in rank order, see
@@ -268,6 +291,8 @@ impl Op {
             Op::Col2Im { .. } => "col2im".into(),
             Op::MatMul { .. } => "matmul".into(),
             Op::AllReduceSum { .. } => "all_reduce_sum".into(),
+            Op::Attention { .. } => "attention".into(),
+            Op::AttentionGrad { .. } => "attention_grad".into(),
         }
     }
 

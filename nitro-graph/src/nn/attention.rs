@@ -114,6 +114,15 @@ impl MultiHeadAttention {
         }
         let mut st = Params::new();
         let qkv = self.qkv().forward(cx, ps, &mut st, &path(prefix, "qkv"), x);
+        // No key mask and no dropout on the weights: the attention
+        // primitive, which reads the heads out of `qkv` in place and keeps
+        // each head's scores in cache. Otherwise the composite below.
+        if key_mask.is_none() && self.dropout == 0.0 {
+            let y = qkv.attention(h, self.causal);
+            return self
+                .out()
+                .forward(cx, ps, &mut st, &path(prefix, "out"), &y);
+        }
         // [b, t, 3d] -> three [b, h, t, hd], flattened to [b h, t, hd].
         let head = |i: usize| {
             qkv.narrow(2, i * d, (i + 1) * d)

@@ -354,6 +354,23 @@ impl Tensor {
             .record(Op::AllReduceSum { world_size }, &[self], self.dtype())
     }
 
+    /// Multi-head self-attention of a fused projection `[b, t, 3 d]` (see
+    /// [`Op::Attention`]): `[b, t, d]`.
+    pub fn attention(&self, heads: usize, causal: bool) -> Tensor {
+        self.tracer
+            .record(Op::Attention { heads, causal }, &[self], self.dtype())
+    }
+
+    /// The gradient of [`Tensor::attention`] with respect to `self` (the
+    /// fused projection), given the output's cotangent `dy`.
+    pub fn attention_grad(&self, dy: &Tensor, heads: usize, causal: bool) -> Tensor {
+        self.tracer.record(
+            Op::AttentionGrad { heads, causal },
+            &[self, dy],
+            self.dtype(),
+        )
+    }
+
     /// The patch matrix `[c*kh*kw, n*oh*ow]` of NCHW images under `window`
     /// (im2col; see [`Op::Im2Col`]).
     pub fn im2col(&self, window: Window) -> Tensor {

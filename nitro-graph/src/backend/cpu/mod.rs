@@ -2,13 +2,16 @@
 //!
 //! Fused elementwise groups run as chunked register loops (`fused`),
 //! matmuls through the `gemm` crate (`matmul`), reductions and data
-//! movement through a few strided kernels (`reduce`, `movement`), the
+//! movement through a few strided kernels (`reduce`, `movement`),
+//! attention by (batch, head) tasks over the fused projection
+//! (`attention`), the
 //! convolution's patch matrices through `patches` (or, for a product the
 //! fuser marked, no patch matrix at all: `conv`), all-reduces through the
 //! communicator the call was given (`collective`). The
 //! workspace (every intermediate buffer of the memory plan) is allocated on
 //! the first call and reused by every later one.
 
+mod attention;
 mod collective;
 mod conv;
 mod fused;
@@ -366,6 +369,12 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
         Op::ScatterAdd { rows } => movement::scatter_add(arg(0), arg(1), out, *rows),
         Op::Im2Col { window } => patches::im2col(arg(0), out, arg_shape(0), *window),
         Op::Col2Im { image, window } => patches::col2im(arg(0), out, image, *window),
+        Op::Attention { heads, causal } => {
+            attention::attention(arg(0), out, arg_shape(0), *heads, *causal)
+        }
+        Op::AttentionGrad { heads, causal } => {
+            attention::attention_grad(arg(0), arg(1), out, arg_shape(0), *heads, *causal)
+        }
         other => unreachable!("{} is not a single kernel", other.name()),
     }
 }

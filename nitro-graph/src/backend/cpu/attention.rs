@@ -1,0 +1,544 @@
+//! The CPU kernels of [`crate::ir::Op::Attention`] and its adjoint
+//! [`crate::ir::Op::AttentionGrad`]: multi-head self-attention read
+//! straight out of the fused `qkv` projection, one (batch, head) pair per
+//! task.
+//!
+//! A task holds one head's score matrix (`t x t`) and the transposes it
+//! needs in a scratch buffer of its thread (at t = 128, 64 KB each: they
+//! stay in L2), so the composite's slices, permutes, batched products and
+//! softmax passes over `[b h, t, t]` in memory become a few register-tiled
+//! products over cached data. The products are `c = a b` over row-major
+//! operands with any row strides (a head's q, k, v are columns of `qkv`),
+//! in tiles of [`R`] rows by [`W`] columns accumulated by fused
+//! multiply-adds in contraction order; the whole kernel is built for
+//! AVX-512, for AVX2 and for the baseline, chosen at run time (the fused
+//! loops' scheme, `super::simd`). Causal attention skips the tiles above
+//! the diagonal: the scores no row uses and the contraction terms whose
+//! weight is exactly zero.
+//!
+//! Results do not depend on the thread count (each element is one task's,
+//! summed in one order). f16 and bf16 run in f32 and are rounded once.
+//!
+//! What it does not own: the op's definition and shape rules (`ir`), its
+//! derivative rule (`autodiff`), the CUDA kernels.
+
+use super::raw::Raw;
+use super::transpose;
+use crate::semantics::FloatElem;
+use nitro_device::{DType, HostBuffer};
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::thread::LocalKey;
+
+/// Rows of a product's register tile.
+const R: usize = 4;
+/// Columns of a product's register tile (two AVX-512 vectors of f32).
+const W: usize = 32;
+
+/// The register types the kernels run in.
+trait Elem: FloatElem + transpose::Elem {
+    /// `self * b + c`, rounded once.
+    fn fma(self, b: Self, c: Self) -> Self;
+    /// The value nearest `x`.
+    fn of(x: f64) -> Self;
+    /// This thread's scratch buffer.
+    fn pool() -> &'static LocalKey<RefCell<Vec<Self>>>;
+}
+
+thread_local! {
+    static POOL_F32: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static POOL_F64: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn fma(self, b: f32, c: f32) -> f32 {
+        self.mul_add(b, c)
+    }
+    fn of(x: f64) -> f32 {
+        x as f32
+    }
+    fn pool() -> &'static LocalKey<RefCell<Vec<f32>>> {
+        &POOL_F32
+    }
+}
+
+impl Elem for f64 {
+    #[inline(always)]
+    fn fma(self, b: f64, c: f64) -> f64 {
+        self.mul_add(b, c)
+    }
+    fn of(x: f64) -> f64 {
+        x
+    }
+    fn pool() -> &'static LocalKey<RefCell<Vec<f64>>> {
+        &POOL_F64
+    }
+}
+
+/// The sizes of one call: batch, time, model width, heads, head width.
+#[derive(Clone, Copy)]
+struct Geo {
+    b: usize,
+    t: usize,
+    d: usize,
+    heads: usize,
+    hd: usize,
+    causal: bool,
+}
+
+impl Geo {
+    fn new(qkv_shape: &[usize], heads: usize, causal: bool) -> Geo {
+        let (b, t, d) = (qkv_shape[0], qkv_shape[1], qkv_shape[2] / 3);
+        Geo {
+            b,
+            t,
+            d,
+            heads,
+            hd: d / heads,
+            causal,
+        }
+    }
+
+    /// Offset in `qkv` of part `part` (0 q, 1 k, 2 v) of head `h`, batch `bi`.
+    fn part(&self, bi: usize, h: usize, part: usize) -> usize {
+        bi * self.t * 3 * self.d + part * self.d + h * self.hd
+    }
+}
+
+/// `out [b, t, d] = attention(qkv [b, t, 3 d])`.
+pub(super) fn attention(qkv: Raw, out: Raw, shape: &[usize], heads: usize, causal: bool) {
+    let g = Geo::new(shape, heads, causal);
+    in_register_type(&[qkv], out, |ins, out| match out.dtype {
+        DType::F64 => run::<f64>(g, ins[0], None, out),
+        _ => run::<f32>(g, ins[0], None, out),
+    });
+}
+
+/// `dqkv [b, t, 3 d]` = the gradient of [`attention`] for cotangent `dy`.
+pub(super) fn attention_grad(
+    qkv: Raw,
+    dy: Raw,
+    out: Raw,
+    shape: &[usize],
+    heads: usize,
+    causal: bool,
+) {
+    let g = Geo::new(shape, heads, causal);
+    in_register_type(&[qkv, dy], out, |ins, out| match out.dtype {
+        DType::F64 => run::<f64>(g, ins[0], Some(ins[1]), out),
+        _ => run::<f32>(g, ins[0], Some(ins[1]), out),
+    });
+}
+
+/// `f` on f32/f64 buffers: the arguments themselves, or f16/bf16 ones
+/// widened to f32 (exactly) with the f32 result rounded into `out`.
+fn in_register_type(ins: &[Raw], out: Raw, f: impl FnOnce(&[Raw], Raw)) {
+    if !matches!(out.dtype, DType::F16 | DType::BF16) {
+        return f(ins, out);
+    }
+    // SAFETY: each buffer holds `len` elements of its 16-bit dtype.
+    let widen = |x: Raw| -> HostBuffer {
+        HostBuffer::F32(unsafe {
+            match x.dtype {
+                DType::F16 => x.slice::<half::f16>().iter().map(|v| v.to_f32()).collect(),
+                _ => x.slice::<half::bf16>().iter().map(|v| v.to_f32()).collect(),
+            }
+        })
+    };
+    let mut wide: Vec<HostBuffer> = ins.iter().map(|&x| widen(x)).collect();
+    let mut result = HostBuffer::zeros(DType::F32, out.len);
+    let raws: Vec<Raw> = wide.iter_mut().map(Raw::of).collect();
+    f(&raws, Raw::of(&mut result));
+    let HostBuffer::F32(r) = result else {
+        unreachable!("made as f32 above")
+    };
+    // SAFETY: `out` holds `len` elements of its 16-bit dtype.
+    unsafe {
+        match out.dtype {
+            DType::F16 => out
+                .slice_mut::<half::f16>()
+                .iter_mut()
+                .zip(&r)
+                .for_each(|(o, &x)| *o = half::f16::from_f32(x)),
+            _ => out
+                .slice_mut::<half::bf16>()
+                .iter_mut()
+                .zip(&r)
+                .for_each(|(o, &x)| *o = half::bf16::from_f32(x)),
+        }
+    }
+}
+
+/// A buffer the tasks write disjoint parts of.
+#[derive(Clone, Copy)]
+struct Shared(*mut u8);
+impl Shared {
+    /// The pointer as `T` (a method, so closures capture the whole `Shared`).
+    fn get<T>(self) -> *mut T {
+        self.0 as *mut T
+    }
+}
+// SAFETY: tasks write disjoint elements (see `run`).
+unsafe impl Send for Shared {}
+// SAFETY: as above.
+unsafe impl Sync for Shared {}
+
+/// Every (batch, head) task of the forward (`dy` = None) or the backward.
+fn run<T: Elem>(g: Geo, qkv: Raw, dy: Option<Raw>, out: Raw) {
+    if g.b == 0 || g.t == 0 || g.hd == 0 {
+        // SAFETY: `out` holds `len` elements of T.
+        unsafe { out.slice_mut::<T>().fill(T::ZERO) };
+        return;
+    }
+    let (qkv, dy, out) = (
+        Shared(qkv.ptr::<u8>()),
+        dy.map(|d| Shared(d.ptr::<u8>())),
+        Shared(out.ptr::<u8>()),
+    );
+    let task = |i: usize| {
+        let (bi, h) = (i / g.heads, i % g.heads);
+        T::pool().with(|cell| {
+            let (mut own, mut kept) = (Vec::new(), cell.try_borrow_mut());
+            let scratch = kept.as_deref_mut().unwrap_or(&mut own);
+            let need = if dy.is_some() { 4 } else { 1 } * g.t * g.t + g.hd * g.t;
+            if scratch.len() < need {
+                scratch.resize(need, T::ZERO);
+            }
+            let (qkv, out) = (qkv.get::<T>() as *const T, out.get::<T>());
+            let dy = dy.map(|d| d.get::<T>() as *const T);
+            // SAFETY: the pointers address the call's buffers (shapes in
+            // `g`); task (bi, h) writes only head h's columns of batch bi
+            // of `out`, which no other task writes.
+            unsafe { head_wide(g, bi, h, qkv, dy, out, &mut scratch[..need]) };
+        });
+    };
+    let tasks = g.b * g.heads;
+    if tasks > 1 && g.t * g.t * g.hd >= 1 << 14 {
+        (0..tasks).into_par_iter().for_each(task);
+    } else {
+        (0..tasks).for_each(task);
+    }
+}
+
+/// [`head`] in the widest build of the loops this CPU runs.
+///
+/// # Safety
+/// As [`head`].
+unsafe fn head_wide<T: Elem>(
+    g: Geo,
+    bi: usize,
+    h: usize,
+    qkv: *const T,
+    dy: Option<*const T>,
+    out: *mut T,
+    scratch: &mut [T],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
+        unsafe fn wide512<T: Elem>(
+            g: Geo,
+            bi: usize,
+            h: usize,
+            qkv: *const T,
+            dy: Option<*const T>,
+            out: *mut T,
+            scratch: &mut [T],
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe { head(g, bi, h, qkv, dy, out, scratch) }
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn wide<T: Elem>(
+            g: Geo,
+            bi: usize,
+            h: usize,
+            qkv: *const T,
+            dy: Option<*const T>,
+            out: *mut T,
+            scratch: &mut [T],
+        ) {
+            // SAFETY: the caller's contract.
+            unsafe { head(g, bi, h, qkv, dy, out, scratch) }
+        }
+        if super::simd::avx512() {
+            // SAFETY: the CPU has these features (checked); the caller's contract.
+            return unsafe { wide512(g, bi, h, qkv, dy, out, scratch) };
+        }
+        if super::simd::avx2() {
+            // SAFETY: as above.
+            return unsafe { wide(g, bi, h, qkv, dy, out, scratch) };
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { head(g, bi, h, qkv, dy, out, scratch) }
+}
+
+/// Head `h` of batch `bi`: the forward into `out [b, t, d]` (no `dy`), or
+/// the backward into `out [b, t, 3 d]`.
+///
+/// # Safety
+/// `qkv` holds `b t 3d` elements, `dy` (if any) `b t d`, `out` the
+/// output's; `scratch` holds `t t + hd t` (forward) or `4 t t + hd t`.
+#[inline(always)]
+unsafe fn head<T: Elem>(
+    g: Geo,
+    bi: usize,
+    h: usize,
+    qkv: *const T,
+    dy: Option<*const T>,
+    out: *mut T,
+    scratch: &mut [T],
+) {
+    let (t, d, hd) = (g.t, g.d, g.hd);
+    let (s, rest) = scratch.split_at_mut(t * t);
+    let (ht, rest) = rest.split_at_mut(hd * t);
+    let scale = T::of(1.0 / (hd as f64).sqrt());
+    let cols = if g.causal { Limit::Cols } else { Limit::None };
+    let depth = if g.causal { Limit::Depth } else { Limit::None };
+    let from = if g.causal {
+        Limit::DepthFrom
+    } else {
+        Limit::None
+    };
+    // SAFETY (every product and read below): the offsets address head h of
+    // batch bi inside buffers of the sizes in the contract, rows `3d`
+    // (qkv), `d` (dy, forward out) or `3d` (backward out) apart.
+    unsafe {
+        let (q, k, v) = (
+            qkv.add(g.part(bi, h, 0)),
+            qkv.add(g.part(bi, h, 1)),
+            qkv.add(g.part(bi, h, 2)),
+        );
+        // s = q k^T (k transposed into `ht`, [hd, t]), then the weights.
+        transpose_strided(k, 3 * d, t, hd, ht);
+        let kt = ht.as_ptr();
+        mm(t, t, hd, q, 3 * d, kt, t, s.as_mut_ptr(), t, cols);
+        for i in 0..t {
+            softmax_row(&mut s[i * t..(i + 1) * t], row_limit(g, i), scale);
+        }
+        let Some(dy) = dy else {
+            // out = p v.
+            let o = out.add(bi * t * d + h * hd);
+            return mm(t, hd, t, s.as_ptr(), t, v, 3 * d, o, d, depth);
+        };
+        let dyh = dy.add(bi * t * d + h * hd);
+        let o = |part: usize| out.add(g.part(bi, h, part));
+        let (pt, rest) = rest.split_at_mut(t * t);
+        let (dp, dst) = rest.split_at_mut(t * t);
+        // dv = p^T dy.
+        transpose::transpose(s, pt, t, t);
+        mm(t, hd, t, pt.as_ptr(), t, dyh, d, o(2), 3 * d, from);
+        // dp = dy v^T, then ds = p (dp - rowsum(p dp)) scale, in place.
+        transpose_strided(v, 3 * d, t, hd, ht);
+        mm(t, t, hd, dyh, d, ht.as_ptr(), t, dp.as_mut_ptr(), t, cols);
+        for i in 0..t {
+            let lim = row_limit(g, i);
+            let (p, dp) = (&s[i * t..i * t + lim], &mut dp[i * t..(i + 1) * t]);
+            let r = p
+                .iter()
+                .zip(dp.iter())
+                .fold(T::ZERO, |acc, (&p, &x)| p.fma(x, acc));
+            for (x, &p) in dp.iter_mut().zip(p) {
+                *x = p * (*x - r) * scale;
+            }
+            dp[lim..].fill(T::ZERO);
+        }
+        // dq = ds k; dk = ds^T q.
+        mm(t, hd, t, dp.as_ptr(), t, k, 3 * d, o(0), 3 * d, depth);
+        transpose::transpose(dp, dst, t, t);
+        mm(
+            t,
+            hd,
+            t,
+            dst.as_ptr(),
+            t,
+            q,
+            3 * d,
+            o(1),
+            3 * d,
+            Limit::None,
+        );
+    }
+}
+
+/// Keys row `i` attends to: `0..row_limit`.
+fn row_limit(g: Geo, i: usize) -> usize {
+    if g.causal {
+        i + 1
+    } else {
+        g.t
+    }
+}
+
+/// `row[..lim]` scaled by `scale`, then softmax in place (the maximum
+/// subtracted first, the sum taken in order); `row[lim..]` = 0. The maps
+/// are loops of their own so that they vectorise (the exp above all).
+#[inline(always)]
+fn softmax_row<T: Elem>(row: &mut [T], lim: usize, scale: T) {
+    let live = &mut row[..lim];
+    live.iter_mut().for_each(|x| *x = *x * scale);
+    let m = live
+        .iter()
+        .fold(T::of(f64::NEG_INFINITY), |m, &x| if x > m { x } else { m });
+    live.iter_mut().for_each(|x| *x = (*x - m).exp());
+    let z = live.iter().fold(T::ZERO, |z, &x| z + x);
+    live.iter_mut().for_each(|x| *x = *x / z);
+    row[lim..].fill(T::ZERO);
+}
+
+/// `dst [cols, rows]` = the `rows x cols` block at `src` (row stride `ld`)
+/// transposed, by bands of 16 source rows (each written as one run of a
+/// destination row, the band's source rows read in step).
+///
+/// # Safety
+/// `src` addresses `rows` rows of `cols` elements, `ld` apart; `dst`
+/// holds `rows * cols`.
+#[inline(always)]
+unsafe fn transpose_strided<T: Elem>(
+    src: *const T,
+    ld: usize,
+    rows: usize,
+    cols: usize,
+    dst: &mut [T],
+) {
+    assert!(dst.len() >= rows * cols);
+    let d = dst.as_mut_ptr();
+    for r0 in (0..rows).step_by(16) {
+        let r1 = (r0 + 16).min(rows);
+        for c in 0..cols {
+            for r in r0..r1 {
+                // SAFETY: r < rows, c < cols: inside both blocks.
+                unsafe { *d.add(c * rows + r) = *src.add(r * ld + c) };
+            }
+        }
+    }
+}
+
+/// Which terms of a causal product are skipped: none; the output columns
+/// right of the diagonal (a score matrix: row `i` needs columns `<= i`);
+/// the contraction terms right of the diagonal (a product whose left
+/// operand is zero there: weights times values); or those left of it (a
+/// left operand that is a transposed weight matrix, zero below).
+#[derive(Clone, Copy, PartialEq)]
+enum Limit {
+    None,
+    Cols,
+    Depth,
+    DepthFrom,
+}
+
+/// `c[i, j] = sum_p a[i, p] b[p, j]` for `i < m`, `j < n`, `p < k` (row
+/// strides `lda`, `ldb`, `ldc`), overwriting `c`; under a [`Limit`], a
+/// tile of rows `i0..` stops at column / contraction index `i0 + R`.
+///
+/// # Safety
+/// The operands address those elements; `c` overlaps neither.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn mm<T: Elem>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: *const T,
+    lda: usize,
+    b: *const T,
+    ldb: usize,
+    c: *mut T,
+    ldc: usize,
+    limit: Limit,
+) {
+    for i0 in (0..m).step_by(R) {
+        let rows = R.min(m - i0);
+        let (n_eff, p0, k_eff) = match limit {
+            Limit::None => (n, 0, k),
+            // Whole tiles: the few scores right of the diagonal that
+            // this computes are never read.
+            Limit::Cols => (n.min((i0 + R).next_multiple_of(W)), 0, k),
+            Limit::Depth => (n, 0, k.min(i0 + R)),
+            Limit::DepthFrom => (n, i0.min(k), k),
+        };
+        for j0 in (0..n_eff).step_by(W) {
+            let w = W.min(n_eff - j0);
+            // SAFETY: rows i0..i0+rows, columns j0..j0+w, terms p0..k_eff,
+            // all within the caller's bounds.
+            unsafe {
+                let (a, b) = (a.add(i0 * lda + p0), b.add(p0 * ldb + j0));
+                let (c, k) = (c.add(i0 * ldc + j0), k_eff - p0);
+                if rows == R && w == W {
+                    tile(k, a, lda, b, ldb, c, ldc);
+                } else {
+                    edge(rows, w, k, a, lda, b, ldb, c, ldc);
+                }
+            }
+        }
+    }
+}
+
+/// A full `R x W` tile, its accumulators in registers.
+///
+/// # Safety
+/// As [`mm`], for this tile.
+#[inline(always)]
+unsafe fn tile<T: Elem>(
+    k: usize,
+    a: *const T,
+    lda: usize,
+    b: *const T,
+    ldb: usize,
+    c: *mut T,
+    ldc: usize,
+) {
+    let mut acc = [[T::ZERO; W]; R];
+    for p in 0..k {
+        // SAFETY: row p of b's W columns, and a's R rows at term p.
+        unsafe {
+            let bp = std::slice::from_raw_parts(b.add(p * ldb), W);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let x = *a.add(r * lda + p);
+                for (acc, &y) in acc.iter_mut().zip(bp) {
+                    *acc = x.fma(y, *acc);
+                }
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate() {
+        // SAFETY: row r of the tile in c.
+        unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), W).copy_from_slice(acc) };
+    }
+}
+
+/// A partial tile (`rows <= R`, `w <= W`), in the same summation order.
+///
+/// # Safety
+/// As [`mm`], for this tile.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn edge<T: Elem>(
+    rows: usize,
+    w: usize,
+    k: usize,
+    a: *const T,
+    lda: usize,
+    b: *const T,
+    ldb: usize,
+    c: *mut T,
+    ldc: usize,
+) {
+    for r in 0..rows {
+        let mut acc = [T::ZERO; W];
+        for p in 0..k {
+            // SAFETY: as in `tile`, for w columns.
+            unsafe {
+                let x = *a.add(r * lda + p);
+                let bp = std::slice::from_raw_parts(b.add(p * ldb), w);
+                for (acc, &y) in acc.iter_mut().zip(bp) {
+                    *acc = x.fma(y, *acc);
+                }
+            }
+        }
+        // SAFETY: row r of the tile in c.
+        unsafe { std::slice::from_raw_parts_mut(c.add(r * ldc), w).copy_from_slice(&acc[..w]) };
+    }
+}
