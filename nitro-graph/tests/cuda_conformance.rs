@@ -19,6 +19,7 @@
 #![cfg(feature = "cuda")]
 
 mod common;
+mod cuda_attention;
 mod cuda_harness;
 mod mlp_shared;
 
@@ -526,6 +527,17 @@ conformance! {
             let (bf, hf) = if i < 2 { (1e-5, 1e-5) } else { (1.0 / 128.0, 1.0 / 1024.0) };
             op_case(&format!("{t}[{i}] bf16"), d, DType::BF16, &[&[5, 7], &[7, 3]], op, bf);
             op_case(&format!("{t}[{i}] f16"), d, DType::F16, &[&[5, 7], &[7, 3]], op, hf);
+        }
+    };
+    attention_and_its_adjoint => |t, d| {
+        // Two heads of width 3 over a batch of two; one head over 3 positions.
+        for dims in [(2, 5, 6, 2), (1, 3, 4, 1)] {
+            for causal in [false, true] {
+                for (dtype, tol) in [(DType::F32, 1e-5), (DType::F64, 1e-12)] {
+                    let test = format!("{t} {dims:?} causal={causal} {dtype}");
+                    cuda_attention::case(&test, d, dtype, dims, causal, tol);
+                }
+            }
         }
     };
     mlp_train_step_three_steps => |t, d| {

@@ -12,6 +12,7 @@
 //! | take | a row gather with clamped indices |
 //! | scatter_add | a zeroing kernel, then `atomicAdd` per update element |
 //! | reduce_sum / reduce_max | one thread per output when the reduced extent is small; otherwise one block per output: threads stride over the reduced elements, then warp shuffles and one shared-memory pass |
+//! | attention, attention_grad | one thread per output element, recomputing the scores and softmax statistics of the rows it needs (a first, untiled kernel) |
 //! | matmul | cuBLAS (row-major through the transpose trick, see nitro-device) |
 //! | all_reduce_sum | a copy of the argument into the sum's buffer, then a collective step: NCCL sums that buffer in place over the ranks (a world of one run alone stops after the copy) |
 //!
@@ -29,7 +30,9 @@
 //! | `fused` | the kernel of one fused group |
 //! | `single` | data movement, gathers, scatters, patches and the collective step of single kernels |
 //! | `reduce` | reduction kernels |
+//! | `attention` | the attention kernel and its adjoint |
 
+mod attention;
 mod fused;
 mod reduce;
 mod scalar;

@@ -1,7 +1,8 @@
 //! The kernels of single (unfused) schedule kernels: permute, broadcast
 //! and slice as one strided gather; pad and concat as one gather that picks
 //! the source per element; take; scatter_add (zeroing, then atomics);
-//! im2col/col2im (through `patches`); reductions (through `reduce`); a
+//! im2col/col2im (through `patches`); reductions (through `reduce`);
+//! attention and its adjoint (through `attention`); a
 //! matmul becomes a cuBLAS step and an all-reduce a copy plus a collective
 //! step. Owns the choice of launches per op.
 
@@ -228,6 +229,8 @@ pub(super) fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
             let (code, grid) = reduce(&name, d, is_max, arg_shape(0), axes);
             out.add(name.clone(), code, grid, io_args, k);
         }
+        Op::Attention { .. } => super::attention::attention(graph, n, k, &name, out),
+        Op::AttentionGrad { .. } => super::attention::attention_grad(graph, n, k, &name, out),
         Op::AllReduceSum { .. } => {
             // The sum's buffer first takes the argument, which is the whole
             // sum in a world of one run alone; the collective step then
