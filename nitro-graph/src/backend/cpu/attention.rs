@@ -32,8 +32,12 @@ use std::thread::LocalKey;
 
 /// Rows of a product's register tile.
 const R: usize = 4;
-/// Columns of a product's register tile (two AVX-512 vectors of f32).
-const W: usize = 32;
+/// Columns of a product's register tile (four AVX-512 vectors of f32:
+/// with 4 rows, 16 accumulators, 8 loads per 16 multiply-adds).
+const W: usize = 64;
+/// Lanes of the partial maxima and sums of a row (one AVX-512 vector of
+/// f32), so the row folds vectorise; combined in lane order.
+const LANES: usize = 16;
 
 /// The register types the kernels run in.
 trait Elem: FloatElem + transpose::Elem {
@@ -201,7 +205,11 @@ fn run<T: Elem>(g: Geo, qkv: Raw, dy: Option<Raw>, out: Raw) {
         T::pool().with(|cell| {
             let (mut own, mut kept) = (Vec::new(), cell.try_borrow_mut());
             let scratch = kept.as_deref_mut().unwrap_or(&mut own);
-            let need = if dy.is_some() { 4 } else { 1 } * g.t * g.t + g.hd * g.t;
+            let need = if dy.is_some() {
+                4 * g.t * g.t + 5 * g.hd * g.t
+            } else {
+                g.t * g.t + 4 * g.hd * g.t
+            };
             if scratch.len() < need {
                 scratch.resize(need, T::ZERO);
             }
@@ -280,7 +288,7 @@ unsafe fn head_wide<T: Elem>(
 ///
 /// # Safety
 /// `qkv` holds `b t 3d` elements, `dy` (if any) `b t d`, `out` the
-/// output's; `scratch` holds `t t + hd t` (forward) or `4 t t + hd t`.
+/// output's; `scratch` holds `t t + 4 hd t` (forward) or `4 t t + 5 hd t`.
 #[inline(always)]
 unsafe fn head<T: Elem>(
     g: Geo,
@@ -294,6 +302,9 @@ unsafe fn head<T: Elem>(
     let (t, d, hd) = (g.t, g.d, g.hd);
     let (s, rest) = scratch.split_at_mut(t * t);
     let (ht, rest) = rest.split_at_mut(hd * t);
+    let (qc, rest) = rest.split_at_mut(t * hd);
+    let (kc, rest) = rest.split_at_mut(t * hd);
+    let (vc, rest) = rest.split_at_mut(t * hd);
     let scale = T::of(1.0 / (hd as f64).sqrt());
     let cols = if g.causal { Limit::Cols } else { Limit::None };
     let depth = if g.causal { Limit::Depth } else { Limit::None };
@@ -302,64 +313,73 @@ unsafe fn head<T: Elem>(
     } else {
         Limit::None
     };
-    // SAFETY (every product and read below): the offsets address head h of
-    // batch bi inside buffers of the sizes in the contract, rows `3d`
-    // (qkv), `d` (dy, forward out) or `3d` (backward out) apart.
+    // SAFETY (every copy and product below): the offsets address head h
+    // of batch bi inside buffers of the sizes in the contract, rows `3d`
+    // (qkv), `d` (dy, forward out) or `3d` (backward out) apart; the
+    // scratch parts hold what the products read.
     unsafe {
-        let (q, k, v) = (
-            qkv.add(g.part(bi, h, 0)),
-            qkv.add(g.part(bi, h, 1)),
-            qkv.add(g.part(bi, h, 2)),
-        );
+        // The head's q, k, v (and dy) as contiguous [t, hd] blocks: read
+        // in place, rows 3d apart put every row of a block in the same
+        // few L1 sets.
+        gather(qkv.add(g.part(bi, h, 0)), 3 * d, t, hd, qc);
+        gather(qkv.add(g.part(bi, h, 1)), 3 * d, t, hd, kc);
+        gather(qkv.add(g.part(bi, h, 2)), 3 * d, t, hd, vc);
+        let (q, k, v) = (qc.as_ptr(), kc.as_ptr(), vc.as_ptr());
         // s = q k^T (k transposed into `ht`, [hd, t]), then the weights.
-        transpose_strided(k, 3 * d, t, hd, ht);
-        let kt = ht.as_ptr();
-        mm(t, t, hd, q, 3 * d, kt, t, s.as_mut_ptr(), t, cols);
+        transpose::transpose(kc, ht, t, hd);
+        mm(t, t, hd, q, hd, ht.as_ptr(), t, s.as_mut_ptr(), t, cols);
         for i in 0..t {
             softmax_row(&mut s[i * t..(i + 1) * t], row_limit(g, i), scale);
         }
         let Some(dy) = dy else {
             // out = p v.
             let o = out.add(bi * t * d + h * hd);
-            return mm(t, hd, t, s.as_ptr(), t, v, 3 * d, o, d, depth);
+            return mm(t, hd, t, s.as_ptr(), t, v, hd, o, d, depth);
         };
-        let dyh = dy.add(bi * t * d + h * hd);
         let o = |part: usize| out.add(g.part(bi, h, part));
+        let (dyc, rest) = rest.split_at_mut(t * hd);
         let (pt, rest) = rest.split_at_mut(t * t);
         let (dp, dst) = rest.split_at_mut(t * t);
+        gather(dy.add(bi * t * d + h * hd), d, t, hd, dyc);
+        let dyh = dyc.as_ptr();
         // dv = p^T dy.
         transpose::transpose(s, pt, t, t);
-        mm(t, hd, t, pt.as_ptr(), t, dyh, d, o(2), 3 * d, from);
+        mm(t, hd, t, pt.as_ptr(), t, dyh, hd, o(2), 3 * d, from);
         // dp = dy v^T, then ds = p (dp - rowsum(p dp)) scale, in place.
-        transpose_strided(v, 3 * d, t, hd, ht);
-        mm(t, t, hd, dyh, d, ht.as_ptr(), t, dp.as_mut_ptr(), t, cols);
+        transpose::transpose(vc, ht, t, hd);
+        mm(t, t, hd, dyh, hd, ht.as_ptr(), t, dp.as_mut_ptr(), t, cols);
         for i in 0..t {
             let lim = row_limit(g, i);
             let (p, dp) = (&s[i * t..i * t + lim], &mut dp[i * t..(i + 1) * t]);
-            let r = p
-                .iter()
-                .zip(dp.iter())
-                .fold(T::ZERO, |acc, (&p, &x)| p.fma(x, acc));
+            // r = sum_j p_ij dp_ij, by lanes as the softmax's sums.
+            let mut lanes = [T::ZERO; LANES];
+            for (pc, xc) in p.chunks(LANES).zip(dp.chunks(LANES)) {
+                for ((l, &p), &x) in lanes.iter_mut().zip(pc).zip(xc) {
+                    *l = p.fma(x, *l);
+                }
+            }
+            let r = lanes.iter().fold(T::ZERO, |a, &l| a + l);
             for (x, &p) in dp.iter_mut().zip(p) {
                 *x = p * (*x - r) * scale;
             }
             dp[lim..].fill(T::ZERO);
         }
         // dq = ds k; dk = ds^T q.
-        mm(t, hd, t, dp.as_ptr(), t, k, 3 * d, o(0), 3 * d, depth);
+        mm(t, hd, t, dp.as_ptr(), t, k, hd, o(0), 3 * d, depth);
         transpose::transpose(dp, dst, t, t);
-        mm(
-            t,
-            hd,
-            t,
-            dst.as_ptr(),
-            t,
-            q,
-            3 * d,
-            o(1),
-            3 * d,
-            Limit::None,
-        );
+        mm(t, hd, t, dst.as_ptr(), t, q, hd, o(1), 3 * d, from);
+    }
+}
+
+/// `dst [rows, cols]` = the block at `src` (rows `ld` apart), contiguous.
+///
+/// # Safety
+/// `src` addresses `rows` rows of `cols` elements, `ld` apart.
+#[inline(always)]
+unsafe fn gather<T: Elem>(src: *const T, ld: usize, rows: usize, cols: usize, dst: &mut [T]) {
+    for (r, row) in dst[..rows * cols].chunks_exact_mut(cols).enumerate() {
+        // SAFETY: row r of the block (the caller's contract).
+        row.copy_from_slice(unsafe { std::slice::from_raw_parts(src.add(r * ld), cols) });
     }
 }
 
@@ -373,47 +393,39 @@ fn row_limit(g: Geo, i: usize) -> usize {
 }
 
 /// `row[..lim]` scaled by `scale`, then softmax in place (the maximum
-/// subtracted first, the sum taken in order); `row[lim..]` = 0. The maps
-/// are loops of their own so that they vectorise (the exp above all).
+/// subtracted first); `row[lim..]` = 0. The maps are loops of their own
+/// so that they vectorise (the exp above all), and the folds run in
+/// [`LANES`] partial results (a fixed order, whatever the thread count).
 #[inline(always)]
 fn softmax_row<T: Elem>(row: &mut [T], lim: usize, scale: T) {
     let live = &mut row[..lim];
     live.iter_mut().for_each(|x| *x = *x * scale);
-    let m = live
-        .iter()
-        .fold(T::of(f64::NEG_INFINITY), |m, &x| if x > m { x } else { m });
+    let m = fold_lanes(
+        live,
+        T::of(f64::NEG_INFINITY),
+        |m, x| if x > m { x } else { m },
+    );
     live.iter_mut().for_each(|x| *x = (*x - m).exp());
-    let z = live.iter().fold(T::ZERO, |z, &x| z + x);
+    let z = fold_lanes(live, T::ZERO, |z, x| z + x);
     live.iter_mut().for_each(|x| *x = *x / z);
     row[lim..].fill(T::ZERO);
 }
 
-/// `dst [cols, rows]` = the `rows x cols` block at `src` (row stride `ld`)
-/// transposed, by bands of 16 source rows (each written as one run of a
-/// destination row, the band's source rows read in step).
-///
-/// # Safety
-/// `src` addresses `rows` rows of `cols` elements, `ld` apart; `dst`
-/// holds `rows * cols`.
+/// `f` folded over `xs` in [`LANES`] interleaved partial results (lane
+/// `i` takes elements `i`, `i + LANES`, ...), then over the lanes in order.
 #[inline(always)]
-unsafe fn transpose_strided<T: Elem>(
-    src: *const T,
-    ld: usize,
-    rows: usize,
-    cols: usize,
-    dst: &mut [T],
-) {
-    assert!(dst.len() >= rows * cols);
-    let d = dst.as_mut_ptr();
-    for r0 in (0..rows).step_by(16) {
-        let r1 = (r0 + 16).min(rows);
-        for c in 0..cols {
-            for r in r0..r1 {
-                // SAFETY: r < rows, c < cols: inside both blocks.
-                unsafe { *d.add(c * rows + r) = *src.add(r * ld + c) };
-            }
+fn fold_lanes<T: Elem>(xs: &[T], init: T, f: impl Fn(T, T) -> T) -> T {
+    let mut lanes = [init; LANES];
+    let mut chunks = xs.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(chunk) {
+            *l = f(*l, x);
         }
     }
+    for (l, &x) in lanes.iter_mut().zip(chunks.remainder()) {
+        *l = f(*l, x);
+    }
+    lanes.iter().fold(init, |a, &l| f(a, l))
 }
 
 /// Which terms of a causal product are skipped: none; the output columns
