@@ -113,9 +113,34 @@ fn trailing<T: Elem>(kind: Reduction, src: &[T], dst: &mut [T], inner: usize) {
     }
 }
 
+/// Rows per part of a large leading reduction: the parts' results are
+/// combined in part order, so how the rows split depends on the shape
+/// alone, never on the thread count.
+const PART_ROWS: usize = 256;
+
 /// out[j] = reduce_i(src[i*inner + j])
 fn leading<T: Elem>(kind: Reduction, src: &[T], dst: &mut [T], inner: usize) {
     const COLS: usize = 1024;
+    let rows = src.len() / inner.max(1);
+    // A bias gradient ([2048, 1024] summed over rows) has one block of
+    // columns: split its rows too, or it runs on one thread.
+    if src.len() >= PARALLEL_MIN && inner <= COLS && rows > PART_ROWS {
+        let mut partial = vec![init(kind); rows.div_ceil(PART_ROWS) * inner];
+        partial
+            .par_chunks_mut(inner)
+            .zip(src.par_chunks(PART_ROWS * inner))
+            .for_each(|(out, part)| {
+                for row in part.chunks(inner) {
+                    combine_rows(kind, out, row);
+                }
+            });
+        let mut parts = partial.chunks(inner);
+        dst.copy_from_slice(parts.next().expect("rows > PART_ROWS"));
+        for part in parts {
+            combine_rows(kind, dst, part);
+        }
+        return;
+    }
     let f = |(c, out): (usize, &mut [T])| {
         out.fill(init(kind));
         let j0 = c * COLS;
@@ -499,5 +524,46 @@ fn reduce_windows(kind: Reduction, src: Raw, dst: Raw, shape: &[usize], axes: &[
         DType::I32 => go!(i32),
         DType::I64 => go!(i64),
         other => unreachable!("reduction over {other} is refused at trace time"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bias gradient's shape, summed over its rows: split into parts of
+    /// [`PART_ROWS`] rows, against an f64 sum, and bit for bit the same
+    /// on 1 and 3 threads.
+    #[test]
+    fn a_split_leading_sum_is_exact_and_ignores_the_thread_count() {
+        for (rows, inner) in [(2048, 1024), (1000, 300), (300, 256)] {
+            let src: Vec<f32> = (0..rows * inner)
+                .map(|i| ((i * 7919 % 1009) as f32 - 504.0) / 97.0)
+                .collect();
+            let sum = |threads: usize| {
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .build()
+                    .unwrap();
+                let mut dst = vec![0.0f32; inner];
+                pool.install(|| leading(Reduction::Sum, &src, &mut dst, inner));
+                dst
+            };
+            let (one, three) = (sum(1), sum(3));
+            assert!(one
+                .iter()
+                .zip(&three)
+                .all(|(a, b)| a.to_bits() == b.to_bits()));
+            for j in 0..inner {
+                let col = (0..rows).map(|i| src[i * inner + j] as f64);
+                let (exact, size): (f64, f64) = (col.clone().sum(), col.map(f64::abs).sum());
+                // f32 rounding: a few ulps of the terms' total magnitude.
+                let err = (one[j] as f64 - exact).abs();
+                assert!(
+                    err <= 1e-6 * size,
+                    "column {j} of [{rows}, {inner}]: off by {err}"
+                );
+            }
+        }
     }
 }
