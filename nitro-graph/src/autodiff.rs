@@ -46,6 +46,15 @@ impl Tracer {
             )));
         }
         if let Some(id) = (0..relevant.len())
+            .find(|&id| relevant[id] && matches!(self.node(id).0, Op::LayerNormGrad { .. }))
+        {
+            return Err(GraphError::Grad(format!(
+                "`layer_norm_grad` (%{id}) lies between the loss and an input: layer \
+                 normalisation is differentiable once; for a second derivative build it \
+                 from mean and var"
+            )));
+        }
+        if let Some(id) = (0..relevant.len())
             .find(|&id| relevant[id] && matches!(self.node(id).0, Op::AllReduceSum { .. }))
         {
             return Err(GraphError::Grad(format!(
@@ -209,6 +218,20 @@ pub(crate) fn vjp(op: &Op, args: &[Tensor], out: &Tensor, g: &Tensor) -> Vec<Opt
         Op::Attention { heads, causal } => vec![Some(x.attention_grad(g, *heads, *causal))],
         // Refused before the walk, as a second derivative.
         Op::AttentionGrad { .. } => vec![None, None],
+        Op::LayerNorm { eps } => {
+            let (scale, n) = (&args[1], x.shape()[x.rank() - 1]);
+            // x normalised (scale 1, shift 0: both exact), and the sums of
+            // the scale's and shift's terms over every row.
+            let unit = x.layer_norm(&scale.full_like(1.0), &scale.full_like(0.0), *eps);
+            let rows: Vec<usize> = (0..x.rank() - 1).collect();
+            let over_rows = |t: Tensor| t.sum(&rows).reshape(&[n]);
+            vec![
+                Some(x.layer_norm_grad(scale, g, *eps)),
+                Some(over_rows(g * &unit)),
+                Some(over_rows(g.clone())),
+            ]
+        }
+        Op::LayerNormGrad { .. } => vec![None, None, None],
         Op::Unary(u) => vec![match u {
             UnaryOp::Neg => Some(-g),
             UnaryOp::Exp => Some(g * out),

@@ -114,7 +114,7 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
         | Op::ScatterAdd { .. }
         | Op::MatMul { .. }
         | Op::AttentionGrad { .. } => 2,
-        Op::Select => 3,
+        Op::Select | Op::LayerNorm { .. } | Op::LayerNormGrad { .. } => 3,
         Op::Concat { .. } => args.len().max(1),
     };
     arity(op, args, n)?;
@@ -421,6 +421,26 @@ pub fn infer(op: &Op, args: &[&TensorSpec], dtype: DType) -> Result<TensorSpec> 
                 ));
             }
             Ok(TensorSpec::new(a.dtype, image))
+        }
+        Op::LayerNorm { .. } | Op::LayerNormGrad { .. } => {
+            let (x, scale, third) = (args[0], args[1], args[2]);
+            float_only(&name, x.dtype)?;
+            same_dtype(&name, x, scale)?;
+            same_dtype(&name, x, third)?;
+            let n = x.shape.last().copied().unwrap_or(0);
+            let third_ok = match op {
+                Op::LayerNorm { .. } => third.shape == [n],
+                _ => third.shape == x.shape,
+            };
+            if x.shape.is_empty() || scale.shape != [n] || !third_ok {
+                return Err(GraphError::shape(
+                    &name,
+                    "needs x [.., n], scale [n] and a shift [n] (a cotangent like x for the gradient)",
+                    &[&x.shape, &scale.shape, &third.shape],
+                    "normalise over the last axis; reshape the parameters to its length",
+                ));
+            }
+            Ok(TensorSpec::new(x.dtype, &x.shape))
         }
         Op::Attention { heads, .. } | Op::AttentionGrad { heads, .. } => {
             let qkv = args[0];

@@ -249,6 +249,23 @@ pub enum Op {
         /// Whether later positions are masked.
         causal: bool,
     },
+    /// Layer normalisation over the last axis: `(x - mean) / sqrt(var +
+    /// eps) * scale + shift` with `scale` and `shift` of the last axis's
+    /// length, the mean and the (biased) variance over each row. One op so
+    /// that a row is read once into cache, not five times through memory
+    /// (the composite was five fused kernels and two row reductions).
+    LayerNorm {
+        /// Added to the variance.
+        eps: f64,
+    },
+    /// The input gradient of [`Op::LayerNorm`]: `(x, scale, dy)` to `dx`,
+    /// the row statistics recomputed. (The gradients of `scale` and
+    /// `shift` are sums over rows, built from ops.) Not differentiable
+    /// again.
+    LayerNormGrad {
+        /// Added to the variance.
+        eps: f64,
+    },
     /// The element-wise sum of the argument over the `world_size` processes
     /// of a process group (XLA's all-reduce): same shape and dtype, bitwise
     /// equal on every rank (summed in rank order, see
@@ -292,6 +309,8 @@ impl Op {
             Op::MatMul { .. } => "matmul".into(),
             Op::AllReduceSum { .. } => "all_reduce_sum".into(),
             Op::Attention { .. } => "attention".into(),
+            Op::LayerNorm { .. } => "layer_norm".into(),
+            Op::LayerNormGrad { .. } => "layer_norm_grad".into(),
             Op::AttentionGrad { .. } => "attention_grad".into(),
         }
     }

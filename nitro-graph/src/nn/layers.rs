@@ -18,7 +18,7 @@ use super::ctx::{Ctx, Mode};
 use super::init::{constant_leaf, InitRng};
 pub use super::layer::{init_parts, Layer, Params};
 use super::layer::{param, path};
-use super::ops::{dropout, gelu, gelu_erf, mean, relu, var};
+use super::ops::{dropout, gelu, gelu_erf, relu};
 use crate::error::GraphError;
 use crate::exec::Array;
 use crate::trace::Tensor;
@@ -302,16 +302,10 @@ impl Layer for LayerNorm {
         prefix: &str,
         x: &Tensor,
     ) -> Tensor {
-        let axis = x.rank() - 1;
-        let mut kd = x.shape().to_vec();
-        kd[axis] = 1;
-        let mut pshape = vec![1; x.rank()];
-        pshape[axis] = self.dim;
-        let mu = mean(x, &[axis]).reshape(&kd);
-        let sd = (var(x, &[axis]).reshape(&kd) + self.eps).sqrt();
-        let scale = param(params, x, prefix, "scale").reshape(&pshape);
-        let shift = param(params, x, prefix, "shift").reshape(&pshape);
-        (x - mu) / sd * scale + shift
+        // One primitive: each row read once (see `Op::LayerNorm`).
+        let scale = param(params, x, prefix, "scale");
+        let shift = param(params, x, prefix, "shift");
+        x.layer_norm(&scale, &shift, self.eps)
     }
 }
 

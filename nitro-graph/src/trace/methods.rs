@@ -354,6 +354,20 @@ impl Tensor {
             .record(Op::AllReduceSum { world_size }, &[self], self.dtype())
     }
 
+    /// Layer normalisation over the last axis (see [`Op::LayerNorm`]):
+    /// `scale` and `shift` have its length.
+    pub fn layer_norm(&self, scale: &Tensor, shift: &Tensor, eps: f64) -> Tensor {
+        self.tracer
+            .record(Op::LayerNorm { eps }, &[self, scale, shift], self.dtype())
+    }
+
+    /// The gradient of [`Tensor::layer_norm`] with respect to `self`, given
+    /// the output's cotangent `dy`.
+    pub fn layer_norm_grad(&self, scale: &Tensor, dy: &Tensor, eps: f64) -> Tensor {
+        self.tracer
+            .record(Op::LayerNormGrad { eps }, &[self, scale, dy], self.dtype())
+    }
+
     /// Multi-head self-attention of a fused projection `[b, t, 3 d]` (see
     /// [`Op::Attention`]): `[b, t, d]`.
     pub fn attention(&self, heads: usize, causal: bool) -> Tensor {

@@ -22,10 +22,10 @@
 //! What it does not own: the op's definition and shape rules (`ir`), its
 //! derivative rule (`autodiff`), the CUDA kernels.
 
-use super::raw::Raw;
+use super::raw::{in_register_type, Raw};
 use super::transpose;
 use crate::semantics::FloatElem;
-use nitro_device::{DType, HostBuffer};
+use nitro_device::DType;
 use rayon::prelude::*;
 use std::cell::RefCell;
 use std::thread::LocalKey;
@@ -133,45 +133,6 @@ pub(super) fn attention_grad(
         DType::F64 => run::<f64>(g, ins[0], Some(ins[1]), out),
         _ => run::<f32>(g, ins[0], Some(ins[1]), out),
     });
-}
-
-/// `f` on f32/f64 buffers: the arguments themselves, or f16/bf16 ones
-/// widened to f32 (exactly) with the f32 result rounded into `out`.
-fn in_register_type(ins: &[Raw], out: Raw, f: impl FnOnce(&[Raw], Raw)) {
-    if !matches!(out.dtype, DType::F16 | DType::BF16) {
-        return f(ins, out);
-    }
-    // SAFETY: each buffer holds `len` elements of its 16-bit dtype.
-    let widen = |x: Raw| -> HostBuffer {
-        HostBuffer::F32(unsafe {
-            match x.dtype {
-                DType::F16 => x.slice::<half::f16>().iter().map(|v| v.to_f32()).collect(),
-                _ => x.slice::<half::bf16>().iter().map(|v| v.to_f32()).collect(),
-            }
-        })
-    };
-    let mut wide: Vec<HostBuffer> = ins.iter().map(|&x| widen(x)).collect();
-    let mut result = HostBuffer::zeros(DType::F32, out.len);
-    let raws: Vec<Raw> = wide.iter_mut().map(Raw::of).collect();
-    f(&raws, Raw::of(&mut result));
-    let HostBuffer::F32(r) = result else {
-        unreachable!("made as f32 above")
-    };
-    // SAFETY: `out` holds `len` elements of its 16-bit dtype.
-    unsafe {
-        match out.dtype {
-            DType::F16 => out
-                .slice_mut::<half::f16>()
-                .iter_mut()
-                .zip(&r)
-                .for_each(|(o, &x)| *o = half::f16::from_f32(x)),
-            _ => out
-                .slice_mut::<half::bf16>()
-                .iter_mut()
-                .zip(&r)
-                .for_each(|(o, &x)| *o = half::bf16::from_f32(x)),
-        }
-    }
 }
 
 /// A buffer the tasks write disjoint parts of.

@@ -18,10 +18,10 @@
 //! narrow output (under [`NARROW_MAX_COLS`] columns) or a tall one (at
 //! least [`TALL_RATIO`] times as many rows as columns) splits its rows.
 
-use super::raw::Raw;
+use super::raw::{widen, Raw};
 use super::sgemm;
 use super::transpose;
-use nitro_device::{DType, HostBuffer};
+use nitro_device::DType;
 use rayon::prelude::*;
 
 /// Below this many multiply-adds one product runs on the calling thread:
@@ -339,15 +339,4 @@ impl GemmScalar for f32 {
 impl GemmScalar for f64 {
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
-}
-
-/// An f16/bf16 operand as f32 (every value is exactly representable).
-fn widen(x: Raw) -> HostBuffer {
-    // SAFETY: the dtype says which 16-bit type the buffer holds.
-    HostBuffer::F32(unsafe {
-        match x.dtype {
-            DType::F16 => x.slice::<half::f16>().iter().map(|v| v.to_f32()).collect(),
-            _ => x.slice::<half::bf16>().iter().map(|v| v.to_f32()).collect(),
-        }
-    })
 }

@@ -4,7 +4,7 @@
 //! matmuls through the `gemm` crate (`matmul`), reductions and data
 //! movement through a few strided kernels (`reduce`, `movement`),
 //! attention by (batch, head) tasks over the fused projection
-//! (`attention`), the
+//! (`attention`), layer normalisation by rows (`layer_norm`), the
 //! convolution's patch matrices through `patches` (or, for a product the
 //! fuser marked, no patch matrix at all: `conv`), all-reduces through the
 //! communicator the call was given (`collective`). The
@@ -15,6 +15,7 @@ mod attention;
 mod collective;
 mod conv;
 mod fused;
+mod layer_norm;
 mod matmul;
 mod movement;
 mod patches;
@@ -372,6 +373,22 @@ fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
         Op::Attention { heads, causal } => {
             attention::attention(arg(0), out, arg_shape(0), *heads, *causal)
         }
+        Op::LayerNorm { eps } => layer_norm::layer_norm(
+            arg(0),
+            arg(1),
+            arg(2),
+            out,
+            *shape.last().unwrap_or(&0),
+            *eps,
+        ),
+        Op::LayerNormGrad { eps } => layer_norm::layer_norm_grad(
+            arg(0),
+            arg(1),
+            arg(2),
+            out,
+            *shape.last().unwrap_or(&0),
+            *eps,
+        ),
         Op::AttentionGrad { heads, causal } => {
             attention::attention_grad(arg(0), arg(1), out, arg_shape(0), *heads, *causal)
         }

@@ -2,6 +2,8 @@
 //! others (and, for donated inputs, write the buffer it reads). The memory
 //! plan guarantees that a kernel's outputs never overlap its inputs except in
 //! that elementwise in-place case, where each chunk is read before written.
+//! Also the one place half-precision buffers are widened for kernels that
+//! compute in f32 (`widen`, `in_register_type`).
 
 use nitro_device::{DType, HostBuffer};
 
@@ -88,6 +90,47 @@ impl Raw {
             ptr,
             dtype: self.dtype,
             len,
+        }
+    }
+}
+
+/// An f16/bf16 buffer as f32 (every value is exactly representable).
+pub(super) fn widen(x: Raw) -> HostBuffer {
+    // SAFETY: the dtype says which 16-bit type the buffer holds.
+    HostBuffer::F32(unsafe {
+        match x.dtype {
+            DType::F16 => x.slice::<half::f16>().iter().map(|v| v.to_f32()).collect(),
+            _ => x.slice::<half::bf16>().iter().map(|v| v.to_f32()).collect(),
+        }
+    })
+}
+
+/// `f` on f32/f64 buffers: the arguments themselves, or f16/bf16 ones
+/// widened to f32 (exactly) with the f32 result rounded into `out`.
+pub(super) fn in_register_type(ins: &[Raw], out: Raw, f: impl FnOnce(&[Raw], Raw)) {
+    if !matches!(out.dtype, DType::F16 | DType::BF16) {
+        return f(ins, out);
+    }
+    let mut wide: Vec<HostBuffer> = ins.iter().map(|&x| widen(x)).collect();
+    let mut result = HostBuffer::zeros(DType::F32, out.len);
+    let raws: Vec<Raw> = wide.iter_mut().map(Raw::of).collect();
+    f(&raws, Raw::of(&mut result));
+    let HostBuffer::F32(r) = result else {
+        unreachable!("made as f32 above")
+    };
+    // SAFETY: `out` holds `len` elements of its 16-bit dtype.
+    unsafe {
+        match out.dtype {
+            DType::F16 => out
+                .slice_mut::<half::f16>()
+                .iter_mut()
+                .zip(&r)
+                .for_each(|(o, &x)| *o = half::f16::from_f32(x)),
+            _ => out
+                .slice_mut::<half::bf16>()
+                .iter_mut()
+                .zip(&r)
+                .for_each(|(o, &x)| *o = half::bf16::from_f32(x)),
         }
     }
 }
