@@ -21,6 +21,7 @@
 mod common;
 mod cuda_attention;
 mod cuda_harness;
+mod cuda_layer_norm;
 mod mlp_shared;
 
 use cuda_harness::{conform, conformance, data, runner, Body, Target};
@@ -537,6 +538,15 @@ conformance! {
                     let test = format!("{t} {dims:?} causal={causal} {dtype}");
                     cuda_attention::case(&test, d, dtype, dims, causal, tol);
                 }
+            }
+        }
+    };
+    layer_norm_and_its_gradient => |t, d| {
+        // Rows of 5 under two leading axes; rows of 8 under one.
+        for shape in [&[2, 3, 5][..], &[4, 8]] {
+            for (dtype, tol) in [(DType::F32, 1e-5), (DType::F64, 1e-12)] {
+                let test = format!("{t} {shape:?} {dtype}");
+                cuda_layer_norm::case(&test, d, dtype, shape, 1e-5, tol);
             }
         }
     };

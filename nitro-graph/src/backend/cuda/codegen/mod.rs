@@ -13,6 +13,7 @@
 //! | scatter_add | a zeroing kernel, then `atomicAdd` per update element |
 //! | reduce_sum / reduce_max | one thread per output when the reduced extent is small; otherwise one block per output: threads stride over the reduced elements, then warp shuffles and one shared-memory pass |
 //! | attention, attention_grad | one thread per output element, recomputing the scores and softmax statistics of the rows it needs (a first, untiled kernel) |
+//! | layer_norm, layer_norm_grad | one thread per output element, recomputing its row's mean, variance (and, for the gradient, the row sums of `dy * scale`) in loops: O(n) per element (a first kernel; a row per block with shared-memory reductions is future work) |
 //! | matmul | cuBLAS (row-major through the transpose trick, see nitro-device) |
 //! | all_reduce_sum | a copy of the argument into the sum's buffer, then a collective step: NCCL sums that buffer in place over the ranks (a world of one run alone stops after the copy) |
 //!
@@ -31,9 +32,11 @@
 //! | `single` | data movement, gathers, scatters, patches and the collective step of single kernels |
 //! | `reduce` | reduction kernels |
 //! | `attention` | the attention kernel and its adjoint |
+//! | `layer_norm` | the layer-normalisation kernel and its input gradient |
 
 mod attention;
 mod fused;
+mod layer_norm;
 mod reduce;
 mod scalar;
 mod single;

@@ -2,7 +2,8 @@
 //! and slice as one strided gather; pad and concat as one gather that picks
 //! the source per element; take; scatter_add (zeroing, then atomics);
 //! im2col/col2im (through `patches`); reductions (through `reduce`);
-//! attention and its adjoint (through `attention`); a
+//! attention and its adjoint (through `attention`); layer normalisation
+//! and its input gradient (through `layer_norm`); a
 //! matmul becomes a cuBLAS step and an all-reduce a copy plus a collective
 //! step. Owns the choice of launches per op.
 
@@ -231,6 +232,8 @@ pub(super) fn single(graph: &Graph, n: NodeId, k: usize, out: &mut CudaSource) {
         }
         Op::Attention { .. } => super::attention::attention(graph, n, k, &name, out),
         Op::AttentionGrad { .. } => super::attention::attention_grad(graph, n, k, &name, out),
+        Op::LayerNorm { .. } => super::layer_norm::layer_norm(graph, n, k, &name, out),
+        Op::LayerNormGrad { .. } => super::layer_norm::layer_norm_grad(graph, n, k, &name, out),
         Op::AllReduceSum { .. } => {
             // The sum's buffer first takes the argument, which is the whole
             // sum in a world of one run alone; the collective step then

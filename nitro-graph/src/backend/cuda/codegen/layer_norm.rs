@@ -1,0 +1,212 @@
+//! The kernels of layer normalisation ([`Op::LayerNorm`]) and its input
+//! gradient ([`Op::LayerNormGrad`]): the CUDA C of each, its parameters and
+//! its launch size. Owns the row arithmetic over the last axis (a row is
+//! `n` contiguous elements, `rows = numel / n`) and the order in which the
+//! row statistics and the result are evaluated; `single` owns the choice
+//! to launch them, `types` the storage conversions and exact constants,
+//! and the meaning of the ops is `ir::ops` (the CPU backend is the
+//! reference). The gradients of `scale` and `shift` are not here: autodiff
+//! builds them from ordinary ops (sums over rows).
+//!
+//! A first, correct kernel: one thread per output element recomputing its
+//! row's statistics, O(n) per element. Nothing is shared between threads,
+//! so no scratch buffer, no atomics and no barriers. A row-per-block
+//! kernel with shared-memory reductions is future work.
+//!
+//! Every value follows the op's definition step for step, in the register
+//! type (f32 for f32/f16/bf16, f64 for f64): `mean = Σ x / n`,
+//! `xc = x - mean`, `var = Σ xc² / n` (two passes, as the definition reads,
+//! not `E[x²] - mean²`, which cancels), `sd = sqrt(var + eps)` with `n` and
+//! `eps` constants rounded once from f64 as the CPU rounds them, then
+//! `y = xc / sd * scale + shift`. So the result agrees with the CPU backend
+//! up to summation order (and, on a GPU, the multiply-adds NVRTC may fuse).
+
+use super::types::{constant, load_expr, register_type, storage_type, store_expr};
+use super::{per_element, Arg, CudaSource, Grid};
+use crate::ir::{Graph, NodeId, Op};
+use nitro_device::DType;
+
+/// The baked extents and C spellings one layer-norm kernel is written with.
+struct Dims {
+    /// Row length (the last axis of `x`).
+    n: usize,
+    /// Storage type of every operand.
+    st: &'static str,
+    /// Register type the arithmetic runs in.
+    reg: &'static str,
+    dtype: DType,
+    /// `eps` in the register type (an exact C constant).
+    eps: String,
+}
+
+impl Dims {
+    fn of(graph: &Graph, n: NodeId, eps: f64) -> Dims {
+        let x = &graph.nodes[graph.nodes[n].args[0]].spec;
+        Dims {
+            n: x.shape.last().copied().unwrap_or(0),
+            st: storage_type(x.dtype),
+            reg: register_type(x.dtype),
+            dtype: x.dtype,
+            eps: constant(eps, x.dtype),
+        }
+    }
+
+    /// Element `at` of a storage array, loaded into a register.
+    fn load(&self, at: &str) -> String {
+        load_expr(self.dtype, at)
+    }
+
+    /// The square root of the register type.
+    fn sqrt(&self) -> &'static str {
+        if self.reg == "float" {
+            "sqrtf"
+        } else {
+            "sqrt"
+        }
+    }
+
+    /// The device helper both kernels share, prefixed with the kernel's
+    /// name (the module holds every kernel of a program): the mean and the
+    /// standard deviation `sqrt(var + eps)` of the row `xr` points at.
+    fn stats_helper(&self, name: &str) -> String {
+        let Dims { n, st, reg, .. } = *self;
+        let len = constant(n as f64, self.dtype);
+        let x = self.load("xr[c]");
+        let (eps, sqrt) = (&self.eps, self.sqrt());
+        format!(
+            "__device__ __forceinline__ void {name}_stats(const {st}* xr, {reg}* mean, {reg}* sd) {{\n\
+             \x20 {reg} sum = 0;\n\
+             \x20 for (long long c = 0; c < {n}LL; c++) sum += {x};\n\
+             \x20 const {reg} m = sum / {len};\n\
+             \x20 {reg} sq = 0;\n\
+             \x20 for (long long c = 0; c < {n}LL; c++) {{ const {reg} xc = {x} - m; sq += xc * xc; }}\n\
+             \x20 const {reg} var = sq / {len};\n\
+             \x20 *mean = m;\n\
+             \x20 *sd = {sqrt}(var + {eps});\n\
+             }}\n"
+        )
+    }
+
+    /// C statements splitting the flat index `i` into the column `j` and
+    /// pointing `xr` at the row's first element of `x`.
+    fn split(&self) -> String {
+        let Dims { n, st, .. } = *self;
+        format!(
+            "    const long long j = i % {n}LL, r = i / {n}LL;\n\
+             \x20   const {st}* xr = x + r * {n}LL;\n"
+        )
+    }
+}
+
+/// The launch of an [`Op::LayerNorm`] node `n` over `(x, scale, shift)`:
+/// one thread per element of the output (shaped like `x`), nothing when it
+/// is empty.
+pub(super) fn layer_norm(graph: &Graph, n: NodeId, k: usize, name: &str, out: &mut CudaSource) {
+    let node = &graph.nodes[n];
+    let Op::LayerNorm { eps } = node.op else {
+        unreachable!("layer_norm codegen of {}", node.op.name())
+    };
+    let numel = node.spec.numel();
+    if numel == 0 {
+        return;
+    }
+    let dm = Dims::of(graph, n, eps);
+    let Dims { st, reg, .. } = dm;
+    let (x, scale, shift) = (dm.load("xr[j]"), dm.load("scale[j]"), dm.load("shift[j]"));
+    let store = store_expr(dm.dtype, "y");
+    let body = format!(
+        "{split}    {reg} mean, sd;\n\
+         \x20   {name}_stats(xr, &mean, &sd);\n\
+         \x20   const {reg} xc = {x} - mean;\n\
+         \x20   const {reg} y = xc / sd * {scale} + {shift};\n\
+         \x20   dst[i] = {store};\n",
+        split = dm.split(),
+    );
+    let params = [
+        format!("const {st}* x"),
+        format!("const {st}* scale"),
+        format!("const {st}* shift"),
+        format!("{st}* dst"),
+    ];
+    let code = dm.stats_helper(name) + &per_element(name, &params, numel, &body);
+    out.add(
+        name.to_string(),
+        code,
+        Grid::PerElement(numel),
+        vec![
+            Arg::Node(node.args[0]),
+            Arg::Node(node.args[1]),
+            Arg::Node(node.args[2]),
+            Arg::Node(n),
+        ],
+        k,
+    );
+}
+
+/// The launch of an [`Op::LayerNormGrad`] node `n` over `(x, scale, dy)`:
+/// one thread per element of `dx` (shaped like `x`), which recomputes its
+/// row's statistics and the two sums of the row's `g = dy * scale`;
+/// nothing when it is empty.
+pub(super) fn layer_norm_grad(
+    graph: &Graph,
+    n: NodeId,
+    k: usize,
+    name: &str,
+    out: &mut CudaSource,
+) {
+    let node = &graph.nodes[n];
+    let Op::LayerNormGrad { eps } = node.op else {
+        unreachable!("layer_norm_grad codegen of {}", node.op.name())
+    };
+    let numel = node.spec.numel();
+    if numel == 0 {
+        return;
+    }
+    let dm = Dims::of(graph, n, eps);
+    let Dims {
+        n: len, st, reg, ..
+    } = dm;
+    let len_c = constant(len as f64, dm.dtype);
+    let (x_c, scale_c, dy_c) = (dm.load("xr[c]"), dm.load("scale[c]"), dm.load("gr[c]"));
+    let (x_j, scale_j, dy_j) = (dm.load("xr[j]"), dm.load("scale[j]"), dm.load("gr[j]"));
+    let store = store_expr(dm.dtype, "dx");
+    // mg = Σ g / n and mgx = Σ g xhat / n over the row: the terms the
+    // normalisation's mean and variance contribute to every element.
+    let body = format!(
+        "{split}    const {st}* gr = dy + r * {len}LL;\n\
+         \x20   {reg} mean, sd;\n\
+         \x20   {name}_stats(xr, &mean, &sd);\n\
+         \x20   {reg} sg = 0, sgx = 0;\n\
+         \x20   for (long long c = 0; c < {len}LL; c++) {{\n\
+         \x20     const {reg} xhat = ({x_c} - mean) / sd;\n\
+         \x20     const {reg} g = {dy_c} * {scale_c};\n\
+         \x20     sg += g;\n\
+         \x20     sgx += g * xhat;\n\
+         \x20   }}\n\
+         \x20   const {reg} mg = sg / {len_c}, mgx = sgx / {len_c};\n\
+         \x20   const {reg} xhat = ({x_j} - mean) / sd;\n\
+         \x20   const {reg} g = {dy_j} * {scale_j};\n\
+         \x20   const {reg} dx = (g - mg - xhat * mgx) / sd;\n\
+         \x20   dst[i] = {store};\n",
+        split = dm.split(),
+    );
+    let params = [
+        format!("const {st}* x"),
+        format!("const {st}* scale"),
+        format!("const {st}* dy"),
+        format!("{st}* dst"),
+    ];
+    let code = dm.stats_helper(name) + &per_element(name, &params, numel, &body);
+    out.add(
+        name.to_string(),
+        code,
+        Grid::PerElement(numel),
+        vec![
+            Arg::Node(node.args[0]),
+            Arg::Node(node.args[1]),
+            Arg::Node(node.args[2]),
+            Arg::Node(n),
+        ],
+        k,
+    );
+}
