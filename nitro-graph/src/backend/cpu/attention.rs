@@ -7,10 +7,12 @@
 //! needs in a scratch buffer of its thread (at t = 128, 64 KB each: they
 //! stay in L2), so the composite's slices, permutes, batched products and
 //! softmax passes over `[b h, t, t]` in memory become a few register-tiled
-//! products over cached data. The products are `c = a b` over row-major
-//! operands with any row strides (a head's q, k, v are columns of `qkv`),
-//! in tiles of [`R`] rows by [`W`] columns accumulated by fused
-//! multiply-adds in contraction order; the whole kernel is built for
+//! products over cached data. A head's q, k, v (columns of `qkv`) and dy
+//! are first copied into contiguous `[t, hd]` blocks (read in place, their
+//! rows `3 d` apart fell into a few L1 sets); the products are `c = a b`
+//! over row-major operands in tiles of [`R`] rows by [`W`] columns,
+//! accumulated by fused multiply-adds in contraction order, and written
+//! to the output's strided columns. The whole kernel is built for
 //! AVX-512, for AVX2 and for the baseline, chosen at run time (the fused
 //! loops' scheme, `super::simd`). Causal attention skips the tiles above
 //! the diagonal: the scores no row uses and the contraction terms whose
