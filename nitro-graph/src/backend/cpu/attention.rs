@@ -181,7 +181,18 @@ fn run<T: Elem>(g: Geo, qkv: Raw, dy: Option<Raw>, out: Raw) {
             // SAFETY: the pointers address the call's buffers (shapes in
             // `g`); task (bi, h) writes only head h's columns of batch bi
             // of `out`, which no other task writes.
-            unsafe { head_wide(g, bi, h, qkv, dy, out, &mut scratch[..need]) };
+            let scratch = &mut scratch[..need];
+            unsafe {
+                head_wide(Task {
+                    g,
+                    bi,
+                    h,
+                    qkv,
+                    dy,
+                    out,
+                    scratch,
+                })
+            };
         });
     };
     let tasks = g.b * g.heads;
@@ -192,58 +203,45 @@ fn run<T: Elem>(g: Geo, qkv: Raw, dy: Option<Raw>, out: Raw) {
     }
 }
 
-/// [`head`] in the widest build of the loops this CPU runs.
-///
-/// # Safety
-/// As [`head`].
-unsafe fn head_wide<T: Elem>(
+/// One (batch, head) task: where it reads and writes, and its scratch.
+struct Task<'a, T> {
     g: Geo,
     bi: usize,
     h: usize,
     qkv: *const T,
     dy: Option<*const T>,
     out: *mut T,
-    scratch: &mut [T],
-) {
+    scratch: &'a mut [T],
+}
+
+/// [`head`] in the widest build of the loops this CPU runs.
+///
+/// # Safety
+/// As [`head`].
+unsafe fn head_wide<T: Elem>(task: Task<'_, T>) {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-        unsafe fn wide512<T: Elem>(
-            g: Geo,
-            bi: usize,
-            h: usize,
-            qkv: *const T,
-            dy: Option<*const T>,
-            out: *mut T,
-            scratch: &mut [T],
-        ) {
+        unsafe fn wide512<T: Elem>(task: Task<'_, T>) {
             // SAFETY: the caller's contract.
-            unsafe { head(g, bi, h, qkv, dy, out, scratch) }
+            unsafe { head(task) }
         }
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn wide<T: Elem>(
-            g: Geo,
-            bi: usize,
-            h: usize,
-            qkv: *const T,
-            dy: Option<*const T>,
-            out: *mut T,
-            scratch: &mut [T],
-        ) {
+        unsafe fn wide256<T: Elem>(task: Task<'_, T>) {
             // SAFETY: the caller's contract.
-            unsafe { head(g, bi, h, qkv, dy, out, scratch) }
+            unsafe { head(task) }
         }
         if super::simd::avx512() {
             // SAFETY: the CPU has these features (checked); the caller's contract.
-            return unsafe { wide512(g, bi, h, qkv, dy, out, scratch) };
+            return unsafe { wide512(task) };
         }
         if super::simd::avx2() {
             // SAFETY: as above.
-            return unsafe { wide(g, bi, h, qkv, dy, out, scratch) };
+            return unsafe { wide256(task) };
         }
     }
     // SAFETY: the caller's contract.
-    unsafe { head(g, bi, h, qkv, dy, out, scratch) }
+    unsafe { head(task) }
 }
 
 /// Head `h` of batch `bi`: the forward into `out [b, t, d]` (no `dy`), or
@@ -253,15 +251,16 @@ unsafe fn head_wide<T: Elem>(
 /// `qkv` holds `b t 3d` elements, `dy` (if any) `b t d`, `out` the
 /// output's; `scratch` holds `t t + 4 hd t` (forward) or `4 t t + 5 hd t`.
 #[inline(always)]
-unsafe fn head<T: Elem>(
-    g: Geo,
-    bi: usize,
-    h: usize,
-    qkv: *const T,
-    dy: Option<*const T>,
-    out: *mut T,
-    scratch: &mut [T],
-) {
+unsafe fn head<T: Elem>(task: Task<'_, T>) {
+    let Task {
+        g,
+        bi,
+        h,
+        qkv,
+        dy,
+        out,
+        scratch,
+    } = task;
     let (t, d, hd) = (g.t, g.d, g.hd);
     let (s, rest) = scratch.split_at_mut(t * t);
     let (ht, rest) = rest.split_at_mut(hd * t);

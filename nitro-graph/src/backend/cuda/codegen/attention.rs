@@ -25,8 +25,8 @@
 //! `exp(-inf)`).
 
 use super::types::{constant, load_expr, register_type, storage_type, store_expr};
-use super::{per_element, Arg, CudaSource, Grid};
-use crate::ir::{Graph, NodeId, Op};
+use super::{per_element, scalar, Arg, CudaSource, Grid};
+use crate::ir::{Graph, NodeId, Op, UnaryOp};
 use nitro_device::DType;
 
 /// The baked extents and C spellings one attention kernel is written with.
@@ -65,15 +65,6 @@ impl Dims {
         load_expr(self.dtype, at)
     }
 
-    /// The exp of the elementwise `Exp` op for this register type.
-    fn exp(&self) -> &'static str {
-        if self.reg == "float" {
-            "nitro_exp_f32"
-        } else {
-            "exp"
-        }
-    }
-
     /// One past the last key position query `i` sees.
     fn key_end(&self, i: &str) -> String {
         if self.causal {
@@ -103,7 +94,12 @@ impl Dims {
         let scale = constant(1.0 / (hd as f64).sqrt(), self.dtype);
         let (q, k) = (self.load("q[c]"), self.load("k[c]"));
         let end = self.key_end("i");
-        let exp = self.exp();
+        // The elementwise `Exp` op's exp (the CPU's polynomial for f32).
+        let exp = |x: &str| scalar::unary(UnaryOp::Exp, reg, x);
+        let (e_sum, e_p) = (
+            exp(&format!("{name}_score(qkv, h, i, j) - mx")),
+            exp(&format!("{name}_score(qkv, h, i, j) - m")),
+        );
         format!(
             "__device__ __forceinline__ {reg} {name}_score(const {st}* qkv, long long h, long long i, long long j) {{\n\
              \x20 const {st}* q = qkv + i * {row}LL + h * {hd}LL;\n\
@@ -117,12 +113,12 @@ impl Dims {
              \x20 {reg} mx = {name}_score(qkv, h, i, 0);\n\
              \x20 for (long long j = 1; j < end; j++) {{ const {reg} s = {name}_score(qkv, h, i, j); mx = s > mx ? s : mx; }}\n\
              \x20 {reg} sum = 0;\n\
-             \x20 for (long long j = 0; j < end; j++) sum += {exp}({name}_score(qkv, h, i, j) - mx);\n\
+             \x20 for (long long j = 0; j < end; j++) sum += {e_sum};\n\
              \x20 *m = mx;\n\
              \x20 *z = sum;\n\
              }}\n\
              __device__ __forceinline__ {reg} {name}_p(const {st}* qkv, long long h, long long i, long long j, {reg} m, {reg} z) {{\n\
-             \x20 return {exp}({name}_score(qkv, h, i, j) - m) / z;\n\
+             \x20 return {e_p} / z;\n\
              }}\n"
         )
     }

@@ -22,8 +22,8 @@
 //! up to summation order (and, on a GPU, the multiply-adds NVRTC may fuse).
 
 use super::types::{constant, load_expr, register_type, storage_type, store_expr};
-use super::{per_element, Arg, CudaSource, Grid};
-use crate::ir::{Graph, NodeId, Op};
+use super::{per_element, scalar, Arg, CudaSource, Grid};
+use crate::ir::{Graph, NodeId, Op, UnaryOp};
 use nitro_device::DType;
 
 /// The baked extents and C spellings one layer-norm kernel is written with.
@@ -56,13 +56,29 @@ impl Dims {
         load_expr(self.dtype, at)
     }
 
-    /// The square root of the register type.
-    fn sqrt(&self) -> &'static str {
-        if self.reg == "float" {
-            "sqrtf"
-        } else {
-            "sqrt"
-        }
+    /// Adds kernel `name` of node `n` (kernel index `k`): the stats helper
+    /// and one thread per element running `body`, over `(x, scale,
+    /// third, dst)`, `third` the shift or the cotangent.
+    fn launch(
+        &self,
+        out: &mut CudaSource,
+        name: &str,
+        body: &str,
+        third: &str,
+        (graph, n, k): (&Graph, NodeId, usize),
+    ) {
+        let st = self.st;
+        let params = [
+            format!("const {st}* x"),
+            format!("const {st}* scale"),
+            format!("const {st}* {third}"),
+            format!("{st}* dst"),
+        ];
+        let numel = graph.nodes[n].spec.numel();
+        let code = self.stats_helper(name) + &per_element(name, &params, numel, body);
+        let mut args: Vec<Arg> = graph.nodes[n].args.iter().map(|&a| Arg::Node(a)).collect();
+        args.push(Arg::Node(n));
+        out.add(name.to_string(), code, Grid::PerElement(numel), args, k);
     }
 
     /// The device helper both kernels share, prefixed with the kernel's
@@ -72,7 +88,7 @@ impl Dims {
         let Dims { n, st, reg, .. } = *self;
         let len = constant(n as f64, self.dtype);
         let x = self.load("xr[c]");
-        let (eps, sqrt) = (&self.eps, self.sqrt());
+        let sd = scalar::unary(UnaryOp::Sqrt, reg, &format!("var + {}", self.eps));
         format!(
             "__device__ __forceinline__ void {name}_stats(const {st}* xr, {reg}* mean, {reg}* sd) {{\n\
              \x20 {reg} sum = 0;\n\
@@ -82,7 +98,7 @@ impl Dims {
              \x20 for (long long c = 0; c < {n}LL; c++) {{ const {reg} xc = {x} - m; sq += xc * xc; }}\n\
              \x20 const {reg} var = sq / {len};\n\
              \x20 *mean = m;\n\
-             \x20 *sd = {sqrt}(var + {eps});\n\
+             \x20 *sd = {sd};\n\
              }}\n"
         )
     }
@@ -111,7 +127,7 @@ pub(super) fn layer_norm(graph: &Graph, n: NodeId, k: usize, name: &str, out: &m
         return;
     }
     let dm = Dims::of(graph, n, eps);
-    let Dims { st, reg, .. } = dm;
+    let reg = dm.reg;
     let (x, scale, shift) = (dm.load("xr[j]"), dm.load("scale[j]"), dm.load("shift[j]"));
     let store = store_expr(dm.dtype, "y");
     let body = format!(
@@ -122,25 +138,7 @@ pub(super) fn layer_norm(graph: &Graph, n: NodeId, k: usize, name: &str, out: &m
          \x20   dst[i] = {store};\n",
         split = dm.split(),
     );
-    let params = [
-        format!("const {st}* x"),
-        format!("const {st}* scale"),
-        format!("const {st}* shift"),
-        format!("{st}* dst"),
-    ];
-    let code = dm.stats_helper(name) + &per_element(name, &params, numel, &body);
-    out.add(
-        name.to_string(),
-        code,
-        Grid::PerElement(numel),
-        vec![
-            Arg::Node(node.args[0]),
-            Arg::Node(node.args[1]),
-            Arg::Node(node.args[2]),
-            Arg::Node(n),
-        ],
-        k,
-    );
+    dm.launch(out, name, &body, "shift", (graph, n, k));
 }
 
 /// The launch of an [`Op::LayerNormGrad`] node `n` over `(x, scale, dy)`:
@@ -190,23 +188,5 @@ pub(super) fn layer_norm_grad(
          \x20   dst[i] = {store};\n",
         split = dm.split(),
     );
-    let params = [
-        format!("const {st}* x"),
-        format!("const {st}* scale"),
-        format!("const {st}* dy"),
-        format!("{st}* dst"),
-    ];
-    let code = dm.stats_helper(name) + &per_element(name, &params, numel, &body);
-    out.add(
-        name.to_string(),
-        code,
-        Grid::PerElement(numel),
-        vec![
-            Arg::Node(node.args[0]),
-            Arg::Node(node.args[1]),
-            Arg::Node(node.args[2]),
-            Arg::Node(n),
-        ],
-        k,
-    );
+    dm.launch(out, name, &body, "dy", (graph, n, k));
 }
