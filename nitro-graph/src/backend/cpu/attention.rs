@@ -219,29 +219,10 @@ struct Task<'a, T> {
 /// # Safety
 /// As [`head`].
 unsafe fn head_wide<T: Elem>(task: Task<'_, T>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-        unsafe fn wide512<T: Elem>(task: Task<'_, T>) {
-            // SAFETY: the caller's contract.
-            unsafe { head(task) }
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn wide256<T: Elem>(task: Task<'_, T>) {
-            // SAFETY: the caller's contract.
-            unsafe { head(task) }
-        }
-        if super::simd::avx512() {
-            // SAFETY: the CPU has these features (checked); the caller's contract.
-            return unsafe { wide512(task) };
-        }
-        if super::simd::avx2() {
-            // SAFETY: as above.
-            return unsafe { wide256(task) };
-        }
-    }
-    // SAFETY: the caller's contract.
-    unsafe { head(task) }
+    super::simd::widest!([T: Elem] (task: Task<'_, T> = task) {
+        // SAFETY: the caller's contract.
+        unsafe { head(task) }
+    })
 }
 
 /// Head `h` of batch `bi`: the forward into `out [b, t, d]` (no `dy`), or

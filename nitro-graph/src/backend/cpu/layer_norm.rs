@@ -116,26 +116,7 @@ struct Rows<'a, T> {
 
 /// [`rows`] in the widest build this CPU runs.
 fn rows_wide<T: Elem>(r: Rows<'_, T>) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-        unsafe fn wide512<T: Elem>(r: Rows<'_, T>) {
-            rows(r)
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn wide256<T: Elem>(r: Rows<'_, T>) {
-            rows(r)
-        }
-        if super::simd::avx512() {
-            // SAFETY: the CPU has these features (checked above).
-            return unsafe { wide512(r) };
-        }
-        if super::simd::avx2() {
-            // SAFETY: as above.
-            return unsafe { wide256(r) };
-        }
-    }
-    rows(r)
+    super::simd::widest!([T: Elem] (r: Rows<'_, T> = r) { rows(r) })
 }
 
 /// Every row of a task, forward or gradient.

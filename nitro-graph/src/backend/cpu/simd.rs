@@ -1,10 +1,10 @@
 //! What the CPU offers, detected at run time: the crate is built for the
 //! architecture's baseline (no `target-cpu`), so one binary runs on every
-//! machine kind. gemm dispatches its own microkernels; our loops (fused
-//! kernels, reductions) are compiled a second time inside a
-//! `#[target_feature(enable = "avx2")]` entry point (the fused loops with
-//! `fma` too) and take it where [`avx2`] says so (the fused loops a third
-//! time for AVX-512, where [`avx512`] says so). Only the vector width
+//! machine kind. gemm dispatches its own microkernels; our loops are
+//! compiled again inside `#[target_feature]` entry points and take the
+//! widest this CPU has: the fused loops, attention and layer norm through
+//! `widest!` (AVX-512, AVX2+FMA or baseline), the reductions through
+//! their own AVX2-or-baseline `wide!` (`reduce`). Only the vector width
 //! changes: no FMA contraction, no reassociation, so results are
 //! bit-identical to the baseline build. The fused multiply-adds the
 //! semantics spell out (`mul_add`, in exp, erf and tanh) are one rounding
@@ -72,3 +72,44 @@ pub(crate) fn avx2() -> bool {
         false
     }
 }
+
+/// Runs `$body` in the widest build of it this CPU has: the body is
+/// compiled three times, as named functions over the listed parameters
+/// (a closure would not inherit a `#[target_feature]`), for AVX-512 (F,
+/// BW, DQ, VL and FMA), for AVX2 with FMA, and for the architecture's
+/// baseline; [`avx512`] and [`avx2`] choose at run time. The one place the
+/// loops' feature sets are written.
+///
+/// `widest!([generics] (name: Type = value, ...) { body })`: each value is
+/// evaluated once, bound to its name, and passed to the chosen build. The
+/// body is what the feature builds are for: calls of `#[inline(always)]`
+/// functions, compiled into each build.
+macro_rules! widest {
+    ([$($g:tt)*] ($($p:ident: $t:ty = $v:expr),* $(,)?) $body:block) => {{
+        let ($($p,)*) = ($($v,)*);
+        #[cfg(target_arch = "x86_64")]
+        let out = 'chosen: {
+            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
+            unsafe fn avx512<$($g)*>($($p: $t),*) $body
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2<$($g)*>($($p: $t),*) $body
+            if super::simd::avx512() {
+                // SAFETY: the CPU has these features (checked).
+                break 'chosen unsafe { avx512($($p),*) };
+            }
+            if super::simd::avx2() {
+                // SAFETY: as above.
+                break 'chosen unsafe { avx2($($p),*) };
+            }
+            fn base<$($g)*>($($p: $t),*) $body
+            base($($p),*)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let out = {
+            fn base<$($g)*>($($p: $t),*) $body
+            base($($p),*)
+        };
+        out
+    }};
+}
+pub(crate) use widest;

@@ -364,32 +364,14 @@ impl FusedKernel {
         })
     }
 
-    /// [`FusedKernel::run_chunks`] in the widest build this CPU runs (the
-    /// entry point must be a named function: a closure would not inherit
-    /// its `#[target_feature]`).
+    /// [`FusedKernel::run_chunks`] in the widest build this CPU runs. On
+    /// Zen 5, which runs 512-bit vectors at full width, the AVX-512 build
+    /// takes ~5% off a GPT forward: the f64-evaluated transcendentals
+    /// (erf, exp, tanh) of GELU and softmax are compute-bound.
     fn run_wide(&self, regs: &mut [Reg], span: Span<'_>) {
-        #[cfg(target_arch = "x86_64")]
-        if super::simd::avx512() {
-            // Zen 5 runs 512-bit vectors at full width: the f64-evaluated
-            // transcendentals (erf, exp, tanh) of GELU and softmax are
-            // compute-bound and take ~5% off a GPT forward there.
-            #[target_feature(enable = "avx512f,avx512bw,avx512dq,avx512vl,fma")]
-            unsafe fn wide512(k: &FusedKernel, regs: &mut [Reg], span: Span<'_>) {
-                k.run_chunks(regs, span)
-            }
-            // SAFETY: the CPU has these AVX-512 subsets (checked above).
-            return unsafe { wide512(self, regs, span) };
-        }
-        #[cfg(target_arch = "x86_64")]
-        if super::simd::avx2() {
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn wide(k: &FusedKernel, regs: &mut [Reg], span: Span<'_>) {
-                k.run_chunks(regs, span)
-            }
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { wide(self, regs, span) };
-        }
-        self.run_chunks(regs, span)
+        super::simd::widest!([] (k: &FusedKernel = self, regs: &mut [Reg] = regs, span: Span<'_> = span) {
+            k.run_chunks(regs, span)
+        })
     }
 
     /// The chunk loop over `regs`, one register per class of the kernel
