@@ -1,17 +1,14 @@
-//! Kill-and-resume bit identity with a real process: this test binary
-//! re-executes itself as a child (an environment switch picks the child's
-//! entry point), the child trains with a checkpoint every 3 updates, the
-//! parent SIGKILLs it mid-run once a checkpoint exists, resumes from the
-//! newest checkpoint and compares every parameter bit for bit with an
-//! uninterrupted run to the same step.
+//! Kill-and-resume bit identity with a real process (`common::kill`): the
+//! child trains with a checkpoint every 3 updates, the parent SIGKILLs it
+//! mid-run once a checkpoint exists, resumes from the newest checkpoint and
+//! compares every parameter bit for bit with an uninterrupted run to the
+//! same step.
 
 mod common;
 
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use common::kill::kill_after_first_checkpoint;
 use common::{bits, tiny, Tiny};
 use nitro_run::{Nitro, Optimizer};
 
@@ -29,18 +26,6 @@ fn experiment(dir: &Path) -> Tiny {
     e
 }
 
-fn checkpoints(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|f| f.ok()?.file_name().into_string().ok())
-                .filter(|n| n.starts_with("ckpt-") && n.ends_with(".nckpt"))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 /// The child's entry point; a no-op unless the parent set `CHILD_DIR`.
 #[test]
 fn child_trains_until_killed() {
@@ -56,31 +41,7 @@ fn child_trains_until_killed() {
 fn a_sigkilled_run_resumes_bit_identical() {
     nitro_run::set_config_report(false);
     let (dir, reference) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_trains_until_killed", "--test-threads=1"])
-        .env(CHILD_DIR, dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while checkpoints(dir.path()).is_empty() {
-        let exited = child.try_wait().unwrap();
-        if exited.is_some() || Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the child wrote no checkpoint (exit: {exited:?})");
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    // Let it run on a little, so the kill lands mid-step, mid-epoch.
-    std::thread::sleep(Duration::from_millis(15));
-    assert!(
-        child.try_wait().unwrap().is_none(),
-        "the child must still be training"
-    );
-    child.kill().unwrap(); // SIGKILL on Unix
-    let status = child.wait().unwrap();
-    assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status:?}");
+    kill_after_first_checkpoint("child_trains_until_killed", CHILD_DIR, dir.path());
 
     let mut resumed = Nitro::new(experiment(dir.path())).unwrap();
     let from = resumed

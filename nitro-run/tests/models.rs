@@ -1,6 +1,7 @@
 //! Mode, keys and state through the whole run: a dropout + BatchNorm model
-//! stopped mid-epoch and resumed is bit-identical to an uninterrupted run
-//! (params *and* running statistics), the running statistics move only in
+//! stopped mid-epoch, or killed by SIGKILL in another process, and resumed
+//! is bit-identical to an uninterrupted run (params *and* running
+//! statistics), the running statistics move only in
 //! training, evaluation is deterministic, the per-step key compiles
 //! nothing, BatchNorm under `ShortBatch::PadWithMask` is refused at setup,
 //! and a failing `build_model` reaches the user.
@@ -19,7 +20,8 @@ use nitro_graph::{Array, Tensor};
 use nitro_markers::{Experiment, Fields, GraphConst};
 use nitro_run::step_api::{trainstep, ModelAndParams, OptState};
 use nitro_run::{
-    Ctx, Distributed, HookError, Logger, ModelParts, Nitro, Optimizer, Progress, RunError,
+    Cadence, Checkpointer, Ctx, Distributed, HookError, Logger, ModelParts, Nitro, Optimizer,
+    Progress, RunError,
 };
 
 #[derive(Experiment, Debug)]
@@ -33,6 +35,9 @@ struct Noisy {
     padded: bool,
     #[experiment(default = false)]
     broken_weights: bool,
+    /// Checkpoint every this many updates (0: the default cadence).
+    #[experiment(default = 0)]
+    ckpt_steps: u64,
 }
 
 #[derive(Fields)]
@@ -120,6 +125,14 @@ impl nitro_run::Experiment for Noisy {
             every: 1000,
         }
     }
+    fn checkpointer(&self) -> Checkpointer {
+        let mut c = Checkpointer::default();
+        if self.ckpt_steps > 0 {
+            c.every = Cadence::Steps(self.ckpt_steps);
+            c.keep_last = 2;
+        }
+        c
+    }
 }
 
 fn noisy(dir: &Path) -> Noisy {
@@ -178,6 +191,64 @@ fn a_dropout_batchnorm_run_stopped_mid_epoch_resumes_bit_identical() {
     assert_eq!(
         full.state()["1.running_var"].to_f32_vec(),
         end["1.running_var"].to_f32_vec()
+    );
+}
+
+const KILL_CHILD_DIR: &str = "NITRO_MODELS_KILL_CHILD_DIR";
+
+/// The dropout + BatchNorm run the kill test stops: a checkpoint every 3
+/// updates (9 updates an epoch, so also mid-epoch), far more epochs than
+/// the child lives for.
+fn killable(dir: &Path) -> Noisy {
+    let mut e = noisy(dir);
+    e.epochs = 1000;
+    e.ckpt_steps = 3;
+    e
+}
+
+/// The kill test's child; a no-op unless the parent set `KILL_CHILD_DIR`.
+#[test]
+fn child_trains_dropout_batchnorm_until_killed() {
+    let Ok(dir) = std::env::var(KILL_CHILD_DIR) else {
+        return;
+    };
+    nitro_run::set_config_report(false);
+    Nitro::new(killable(Path::new(&dir)))
+        .unwrap()
+        .train()
+        .unwrap();
+}
+
+#[test]
+fn a_dropout_batchnorm_run_killed_by_sigkill_resumes_bit_identical() {
+    nitro_run::set_config_report(false);
+    let (dir, reference) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    common::kill::kill_after_first_checkpoint(
+        "child_trains_dropout_batchnorm_until_killed",
+        KILL_CHILD_DIR,
+        dir.path(),
+    );
+    let mut resumed = Nitro::new(killable(dir.path())).unwrap();
+    resumed
+        .resume()
+        .unwrap()
+        .expect("a checkpoint to resume from");
+    let step = resumed.step();
+    assert!(step > 0 && step % 3 == 0, "resumed at step {step}");
+    // Past the next epoch boundary, ending mid-epoch: the dropout keys and
+    // the shuffle of the epochs after the kill must match too.
+    let target = step + 11;
+    resumed.stop_after(target);
+    assert!(resumed.train().unwrap().interrupted);
+
+    let mut full = Nitro::new(killable(reference.path())).unwrap();
+    full.stop_after(target);
+    full.train().unwrap();
+    assert_eq!(full.step(), target);
+    assert_eq!(
+        all_bits(&resumed),
+        all_bits(&full),
+        "params and running statistics, bit for bit"
     );
 }
 

@@ -3,6 +3,8 @@
 //! `blowup` term (scheduled to plant a non-finite loss).
 #![allow(dead_code)]
 
+pub mod kill;
+
 use std::path::PathBuf;
 
 use nitro_data::{HostArray, InMemory, Splits};
