@@ -221,6 +221,7 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
     let dir = n.run_values().run_dir.clone();
     n.train()?;
     let (mut rates, mut shares, mut step_ms, mut reduce_ms) = (vec![], vec![], vec![], vec![]);
+    let mut program_ms = vec![];
     for _ in 0..3 {
         let mut e = BenchMlp::defaults();
         config(&mut e);
@@ -235,6 +236,7 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
         let steps = r.steps.max(1) as f64;
         step_ms.push(wall * 1e3 / steps);
         reduce_ms.push(r.all_reduce_time.as_secs_f64() * 1e3 / steps);
+        program_ms.push(r.program_time.as_secs_f64() * 1e3 / steps);
     }
     let _ = std::fs::remove_dir_all(&dir);
     // The all-reduce alone, of the step's buffer size (params, loss and
@@ -251,11 +253,12 @@ fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
     }
     if n.distributed().is_root() {
         println!(
-            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"step_ms\":{:.3},\"all_reduce_ms\":{:.3},\"all_reduce_alone_ms\":{:.3},\"floats\":{len},\"world\":{}}}",
+            "{{\"samples_per_s\":{:.1},\"all_reduce_share\":{:.4},\"step_ms\":{:.3},\"all_reduce_ms\":{:.3},\"program_ms\":{:.3},\"all_reduce_alone_ms\":{:.3},\"floats\":{len},\"world\":{}}}",
             median(rates),
             median(shares),
             median(step_ms),
             median(reduce_ms),
+            median(program_ms),
             median(alone),
             n.distributed().world_size()
         );
@@ -276,8 +279,10 @@ struct Figures {
     rate: f64,
     /// The share of the loop spent in the all-reduce.
     share: f64,
-    /// Loop ms per step, and of it ms in the all-reduce.
+    /// Loop ms per step, of it ms in the compiled program, and of that ms
+    /// in the all-reduce.
     step_ms: f64,
+    program_ms: f64,
     reduce_ms: f64,
     /// One all-reduce of the step's buffer after a barrier.
     alone_ms: f64,
@@ -320,6 +325,7 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             rate: field("samples_per_s")?,
             share: field("all_reduce_share")?,
             step_ms: field("step_ms")?,
+            program_ms: field("program_ms")?,
             reduce_ms: field("all_reduce_ms")?,
             alone_ms: field("all_reduce_alone_ms")?,
         })
@@ -331,6 +337,9 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     // unconnected workers at once (what sharing the machine costs alone).
     let (mut step_one, mut step_two, mut reduce_two, mut step_both) =
         (vec![], vec![], vec![], vec![]);
+    // Of each step, the time inside the compiled program (the rest is the
+    // host loop: batches, logs, bookkeeping).
+    let (mut program_one, mut program_two, mut program_both) = (vec![], vec![], vec![]);
     // Adjacent runs are paired, so a drift of the machine's speed (a VM's
     // neighbours) moves both sides of a ratio alike.
     for _ in 0..PAIRS {
@@ -341,6 +350,7 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         let f = figures(out)?;
         one.push(f.rate);
         step_one.push(f.step_ms);
+        program_one.push(f.program_ms);
         let out = Command::new("mpirun")
             .args([
                 "--allow-run-as-root",
@@ -358,6 +368,7 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             .output()?;
         let f = figures(out)?;
         step_two.push(f.step_ms);
+        program_two.push(f.program_ms);
         reduce_two.push(f.reduce_ms);
         two.push(f.rate);
         share.push(f.share);
@@ -383,6 +394,7 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
             );
             ceilings.push((fa.rate + fb.rate) / one[one.len() - 1]);
             step_both.push((fa.step_ms + fb.step_ms) / 2.0);
+            program_both.push((fa.program_ms + fb.program_ms) / 2.0);
         }
     }
     let ratios: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
@@ -398,8 +410,10 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let (step_both, ceiling) = (median_or_null(step_both), median_or_null(ceilings));
+    let (program_one, program_two) = (median(program_one), median(program_two));
+    let program_both = median_or_null(program_both);
     println!(
-        "{{\"bench\":\"ddp_throughput\",\"ranks\":2,\"ratio_vs_one_rank\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"allreduce_share\":{share:.4},\"allreduce_alone_ms\":{alone:.3},\"step_ms_1x1\":{step_one:.3},\"step_ms_2x1\":{step_two:.3},\"allreduce_ms_per_step\":{reduce_two:.3},\"step_ms_independent\":{step_both},\"threads\":1,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio_vs_one_rank = 2-rank samples/s (samples_per_s, global) over 1-rank samples/s (goal >= 1.8): the median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes; step_ms: training-loop ms per step (1 rank, 2 ranks with allreduce_ms_per_step of it, two unconnected workers at once): the ratio is about 2 step_ms_1x1 / step_ms_2x1\"}}",
+        "{{\"bench\":\"ddp_throughput\",\"ranks\":2,\"ratio_vs_one_rank\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"allreduce_share\":{share:.4},\"allreduce_alone_ms\":{alone:.3},\"step_ms_1x1\":{step_one:.3},\"step_ms_2x1\":{step_two:.3},\"allreduce_ms_per_step\":{reduce_two:.3},\"step_ms_independent\":{step_both},\"program_ms_1x1\":{program_one:.3},\"program_ms_2x1\":{program_two:.3},\"program_ms_independent\":{program_both},\"threads\":1,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio_vs_one_rank = 2-rank samples/s (samples_per_s, global) over 1-rank samples/s (goal >= 1.8): the median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes; step_ms: training-loop ms per step (1 rank, 2 ranks with allreduce_ms_per_step of it, two unconnected workers at once): the ratio is about 2 step_ms_1x1 / step_ms_2x1; program_ms: of a step, the time inside the compiled program (the all-reduce included), the rest being the host loop\"}}",
         ratios.join(","),
         loadavg()
     );
