@@ -540,6 +540,14 @@ conformance! {
                 }
             }
         }
+        // Rows longer than a chunk of keys (256): the statistics and the
+        // weighted sums carried across chunks; a head wider than a block
+        // (260 > 256 threads): the output columns in two rounds.
+        for (dims, causal) in [((1, 257, 2, 1), false), ((1, 257, 2, 1), true), ((1, 2, 260, 1), false)] {
+            let test = format!("{t} {dims:?} causal={causal} f32");
+            cuda_attention::forward_case(&test, d, DType::F32, dims, causal, 1e-5);
+        }
+        cuda_attention::case(&format!("{t} (1, 2, 260, 1) adjoint f32"), d, DType::F32, (1, 2, 260, 1), true, 1e-5);
     };
     layer_norm_and_its_gradient => |t, d| {
         // Rows of 5 under two leading axes; rows of 8 under one.

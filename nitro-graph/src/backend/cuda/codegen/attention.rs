@@ -6,14 +6,19 @@
 //! choice to launch them, `types` the storage conversions, and the meaning
 //! of the ops is `ir::ops` (the CPU backend is the reference).
 //!
-//! A first, correct kernel, not a fast one: one thread per output element
-//! (grid-stride), recomputing from global memory every score its element
-//! needs. The forward is O(t * hd) per element; the adjoint's dk and dv
-//! columns need the softmax statistics of every query row that sees their
-//! key, O(t² * hd) per element. Nothing is shared between threads, so no
-//! scratch buffer, no atomics and no barriers. A tiled kernel (a block per
-//! query tile, keys streamed through shared memory with an online softmax,
-//! as in FlashAttention) is future work.
+//! One block per (batch, head, position). The block's threads compute a
+//! row's scores a chunk of [`CHUNK`] keys at a time into shared memory, so
+//! each score of a pass is computed once for the whole row, not once per
+//! output element. The row's statistics (maximum, sum, and for the adjoint
+//! `r = Σ p dp`) are folded from each chunk by one thread in key order,
+//! and each output column is summed by one thread, also in key order: the
+//! order of every sum is fixed, so results are deterministic, with no
+//! atomics and no scratch memory. Shared memory is two chunks whatever
+//! `t`. The forward costs O(t · hd) per row. The adjoint's dq needs its
+//! own row's statistics; its dk and dv (the block's position as a key)
+//! need those of every query row that sees the key, recomputed row by row:
+//! O(t² · hd) per block, where a statistics buffer or FlashAttention's
+//! tiling would need O(t · hd), the next step.
 //!
 //! Every value follows the op's definition step for step, in the register
 //! type (f32 for f32/f16/bf16, f64 for f64): `s = (q · k) * scale` with
@@ -25,12 +30,14 @@
 //! `exp(-inf)`).
 
 use super::types::{constant, load_expr, register_type, storage_type, store_expr};
-use super::{per_element, scalar, Arg, CudaSource, Grid};
+use super::{scalar, Arg, CudaSource, Grid, BLOCK};
 use crate::ir::{Graph, NodeId, Op, UnaryOp};
 use nitro_device::DType;
 
 /// The baked extents and C spellings one attention kernel is written with.
 struct Dims {
+    /// Batch (`b`).
+    b: usize,
     /// Positions (`t`).
     t: usize,
     /// Model width (`d`); the fused projection is `3 d` wide.
@@ -50,6 +57,7 @@ impl Dims {
         let qkv = &graph.nodes[graph.nodes[n].args[0]].spec;
         let d = qkv.shape[2] / 3;
         Dims {
+            b: qkv.shape[0],
             t: qkv.shape[1],
             d,
             hd: d / heads,
@@ -85,21 +93,19 @@ impl Dims {
 
     /// Device helpers shared by both kernels, prefixed with the kernel's
     /// name (the module holds every kernel of a program): the score
-    /// `s_ij`, and the row statistics `m_i` (maximum) and `z_i` (sum of
-    /// `exp(s_ij - m_i)`) of one query row. `qkv` points at the batch
-    /// element's `[t, 3 d]` block; `h` is the head.
-    fn softmax_helpers(&self, name: &str) -> String {
+    /// `s_ij`, `dp_ij = dy_i · v_j` within head `h`, and the row
+    /// statistics of query row `i`, computed by the whole block. `qkv`
+    /// points at the batch element's `[t, 3 d]` block, `dy` at its
+    /// `[t, d]` block (null for the forward).
+    fn helpers(&self, name: &str) -> String {
         let Dims { d, hd, st, reg, .. } = *self;
         let row = 3 * d;
         let scale = constant(1.0 / (hd as f64).sqrt(), self.dtype);
         let (q, k) = (self.load("q[c]"), self.load("k[c]"));
+        let (g, v) = (self.load("g[c]"), self.load("v[c]"));
         let end = self.key_end("i");
-        // The elementwise `Exp` op's exp (the CPU's polynomial for f32).
-        let exp = |x: &str| scalar::unary(UnaryOp::Exp, reg, x);
-        let (e_sum, e_p) = (
-            exp(&format!("{name}_score(qkv, h, i, j) - mx")),
-            exp(&format!("{name}_score(qkv, h, i, j) - m")),
-        );
+        let e = self.exp_minus_max(name, "i", "j0 + j");
+        let p = self.p(name, "i", "j0 + j");
         format!(
             "__device__ __forceinline__ {reg} {name}_score(const {st}* qkv, long long h, long long i, long long j) {{\n\
              \x20 const {st}* q = qkv + i * {row}LL + h * {hd}LL;\n\
@@ -108,40 +114,114 @@ impl Dims {
              \x20 for (long long c = 0; c < {hd}LL; c++) acc += {q} * {k};\n\
              \x20 return acc * {scale};\n\
              }}\n\
-             __device__ __forceinline__ void {name}_row(const {st}* qkv, long long h, long long i, {reg}* m, {reg}* z) {{\n\
-             \x20 const long long end = {end};\n\
-             \x20 {reg} mx = {name}_score(qkv, h, i, 0);\n\
-             \x20 for (long long j = 1; j < end; j++) {{ const {reg} s = {name}_score(qkv, h, i, j); mx = s > mx ? s : mx; }}\n\
-             \x20 {reg} sum = 0;\n\
-             \x20 for (long long j = 0; j < end; j++) sum += {e_sum};\n\
-             \x20 *m = mx;\n\
-             \x20 *z = sum;\n\
+             __device__ __forceinline__ {reg} {name}_dp(const {st}* qkv, const {st}* dy, long long h, long long i, long long j) {{\n\
+             \x20 const {st}* g = dy + i * {d}LL + h * {hd}LL;\n\
+             \x20 const {st}* v = qkv + j * {row}LL + {v_off}LL + h * {hd}LL;\n\
+             \x20 {reg} acc = 0;\n\
+             \x20 for (long long c = 0; c < {hd}LL; c++) acc += {g} * {v};\n\
+             \x20 return acc;\n\
              }}\n\
-             __device__ __forceinline__ {reg} {name}_p(const {st}* qkv, long long h, long long i, long long j, {reg} m, {reg} z) {{\n\
-             \x20 return {e_p} / z;\n\
-             }}\n"
+             // Row i's maximum score (stat[0]), sum of exp(s - max) (stat[1])\n\
+             // and, given dy, r = sum of p dp (stat[2]): every thread of the\n\
+             // block fills chunks of `e` (and `f`), one folds them in key order.\n\
+             __device__ void {name}_stats(const {st}* qkv, const {st}* dy, long long h, long long i, {reg}* e, {reg}* f, {reg}* stat) {{\n\
+             \x20 const long long end = {end};\n\
+             \x20 {reg} acc = 0;\n\
+             \x20 for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
+             \x20   const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
+             \x20   for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {name}_score(qkv, h, i, j0 + j);\n\
+             \x20   __syncthreads();\n\
+             \x20   if (threadIdx.x == 0) for (long long j = 0; j < n; j++) acc = (j0 + j == 0 || e[j] > acc) ? e[j] : acc;\n\
+             \x20   __syncthreads();\n\
+             \x20 }}\n\
+             \x20 if (threadIdx.x == 0) stat[0] = acc;\n\
+             \x20 __syncthreads();\n\
+             \x20 const {reg} m = stat[0];\n\
+             \x20 acc = 0;\n\
+             \x20 for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
+             \x20   const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
+             \x20   for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {e};\n\
+             \x20   __syncthreads();\n\
+             \x20   if (threadIdx.x == 0) for (long long j = 0; j < n; j++) acc += e[j];\n\
+             \x20   __syncthreads();\n\
+             \x20 }}\n\
+             \x20 if (threadIdx.x == 0) stat[1] = acc;\n\
+             \x20 __syncthreads();\n\
+             \x20 if (dy == 0) return;\n\
+             \x20 const {reg} z = stat[1];\n\
+             \x20 acc = 0;\n\
+             \x20 for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
+             \x20   const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
+             \x20   for (long long j = threadIdx.x; j < n; j += blockDim.x) {{ e[j] = {p}; f[j] = {name}_dp(qkv, dy, h, i, j0 + j); }}\n\
+             \x20   __syncthreads();\n\
+             \x20   if (threadIdx.x == 0) for (long long j = 0; j < n; j++) acc += e[j] * f[j];\n\
+             \x20   __syncthreads();\n\
+             \x20 }}\n\
+             \x20 if (threadIdx.x == 0) stat[2] = acc;\n\
+             \x20 __syncthreads();\n\
+             }}\n",
+            v_off = 2 * d,
         )
     }
 
-    /// C statements splitting the flat index `i` of a `[b, t, width]`
-    /// tensor into `bi`, `pos` and `col`.
-    fn split(&self, width: usize) -> String {
+    /// `exp(s_ij - m)` for query `i` and key `j` (C expressions), with the
+    /// elementwise `Exp` op's exp (the CPU's polynomial for f32).
+    fn exp_minus_max(&self, name: &str, i: &str, j: &str) -> String {
+        let s = format!("{name}_score(qkv, h, {i}, {j}) - m");
+        scalar::unary(UnaryOp::Exp, self.reg, &s)
+    }
+
+    /// The softmax weight `p_ij = exp(s_ij - m) / z`.
+    fn p(&self, name: &str, i: &str, j: &str) -> String {
+        format!("{} / z", self.exp_minus_max(name, i, j))
+    }
+
+    /// C statements naming the block's work item `w` of `[b, heads, t]`:
+    /// `bi`, `h` and the position `pos`.
+    fn split(&self, heads: usize) -> String {
         let t = self.t;
         format!(
-            "    const long long col = i % {width}LL, pos = (i / {width}LL) % {t}LL, bi = i / ({width}LL * {t}LL);\n"
+            "    const long long pos = w % {t}LL, h = (w / {t}LL) % {heads}LL, bi = w / ({t}LL * {heads}LL);\n"
         )
+    }
+
+    /// A kernel over every (batch, head, position) of the node, one block
+    /// each (block-stride): `params`, the shared chunks, then `body`.
+    fn kernel(&self, name: &str, heads: usize, params: &[String], body: &str) -> String {
+        let rows = self.rows(heads);
+        let reg = self.reg;
+        format!(
+            "extern \"C\" __global__ void {name}({}) {{\n\
+             \x20 __shared__ {reg} e[{CHUNK}];\n\
+             \x20 __shared__ {reg} f[{CHUNK}];\n\
+             \x20 __shared__ {reg} stat[3];\n\
+             \x20 for (long long w = blockIdx.x; w < {rows}LL; w += gridDim.x) {{\n\
+             {split}{body}  }}\n\
+             }}\n",
+            params.join(", "),
+            split = self.split(heads),
+        )
+    }
+
+    /// Blocks of work: one per (batch, head, position).
+    fn rows(&self, heads: usize) -> usize {
+        self.b * heads * self.t
     }
 }
 
-/// The launch of an [`Op::Attention`] node `n`: one thread per element of
-/// the output `[b, t, d]`, nothing when it is empty.
+/// Keys per chunk of a row held in shared memory: one per thread of the
+/// block, so each thread computes one score per chunk.
+const CHUNK: usize = BLOCK as usize;
+
+/// The launch of an [`Op::Attention`] node `n`: one block per (batch,
+/// head, query position), each thread summing output columns; nothing when
+/// it is empty.
 pub(super) fn attention(graph: &Graph, n: NodeId, k: usize, name: &str, out: &mut CudaSource) {
     let node = &graph.nodes[n];
     let Op::Attention { heads, causal } = node.op else {
         unreachable!("attention codegen of {}", node.op.name())
     };
-    let numel = node.spec.numel();
-    if numel == 0 {
+    if node.spec.numel() == 0 {
         return;
     }
     let dm = Dims::of(graph, n, heads, causal);
@@ -149,45 +229,53 @@ pub(super) fn attention(graph: &Graph, n: NodeId, k: usize, name: &str, out: &mu
         t, d, hd, st, reg, ..
     } = dm;
     let row = 3 * d;
-    let v = dm.load("v[j * ROW]").replace("ROW", &format!("{row}LL"));
+    let v = dm.load(&format!("v[(j0 + j) * {row}LL]"));
     let end = dm.key_end("pos");
+    let p = dm.p(name, "pos", "j0 + j");
     let store = store_expr(dm.dtype, "acc");
-    // Three passes over the keys of the row (maximum, sum, weighted sum of
-    // v), as the definition reads: p is normalised before it weighs v.
+    // The row's statistics, then its weights a chunk at a time, each
+    // normalised before it weighs v (as the definition reads).
     let body = format!(
-        "{split}    const long long h = col / {hd}LL, c = col % {hd}LL;\n\
-         \x20   const {st}* qkv = src + bi * {block}LL;\n\
-         \x20   const {st}* v = qkv + {v_off}LL + h * {hd}LL + c;\n\
-         \x20   {reg} m, z;\n\
-         \x20   {name}_row(qkv, h, pos, &m, &z);\n\
-         \x20   {reg} acc = 0;\n\
-         \x20   for (long long j = 0; j < {end}; j++) acc += {name}_p(qkv, h, pos, j, m, z) * {v};\n\
-         \x20   dst[i] = {store};\n",
-        split = dm.split(d),
+        "    const {st}* qkv = src + bi * {block}LL;\n\
+         \x20   {name}_stats(qkv, 0, h, pos, e, f, stat);\n\
+         \x20   const {reg} m = stat[0], z = stat[1];\n\
+         \x20   const long long end = {end};\n\
+         \x20   for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
+         \x20     const long long c = c0 + threadIdx.x;\n\
+         \x20     const {st}* v = qkv + {v_off}LL + h * {hd}LL + c;\n\
+         \x20     {reg} acc = 0;\n\
+         \x20     for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
+         \x20       const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
+         \x20       for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {p};\n\
+         \x20       __syncthreads();\n\
+         \x20       if (c < {hd}LL) for (long long j = 0; j < n; j++) acc += e[j] * {v};\n\
+         \x20       __syncthreads();\n\
+         \x20     }}\n\
+         \x20     if (c < {hd}LL) dst[(bi * {t}LL + pos) * {d}LL + h * {hd}LL + c] = {store};\n\
+         \x20   }}\n",
         block = t * row,
         v_off = 2 * d,
     );
     let params = [format!("const {st}* src"), format!("{st}* dst")];
-    let code = dm.softmax_helpers(name) + &per_element(name, &params, numel, &body);
+    let code = dm.helpers(name) + &dm.kernel(name, heads, &params, &body);
     out.add(
         name.to_string(),
         code,
-        Grid::PerElement(numel),
+        Grid::PerBlock(dm.rows(heads)),
         vec![Arg::Node(node.args[0]), Arg::Node(n)],
         k,
     );
 }
 
-/// The launch of an [`Op::AttentionGrad`] node `n`: one thread per element
-/// of `dqkv [b, t, 3 d]`, which decides by its column whether it is a dq,
-/// dk or dv element; nothing when it is empty.
+/// The launch of an [`Op::AttentionGrad`] node `n`: one block per (batch,
+/// head, position), writing that position's dq (as a query) and dk, dv (as
+/// a key) of the head; nothing when it is empty.
 pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out: &mut CudaSource) {
     let node = &graph.nodes[n];
     let Op::AttentionGrad { heads, causal } = node.op else {
         unreachable!("attention_grad codegen of {}", node.op.name())
     };
-    let numel = node.spec.numel();
-    if numel == 0 {
+    if node.spec.numel() == 0 {
         return;
     }
     let dm = Dims::of(graph, n, heads, causal);
@@ -196,85 +284,74 @@ pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out
     } = dm;
     let row = 3 * d;
     let scale = constant(1.0 / (hd as f64).sqrt(), dm.dtype);
-    let (dy_c, v_c) = (dm.load("g[c]"), dm.load("v[c]"));
-    let end_i = dm.key_end("i");
-    // dp_ij = dy_i · v_j within head h, and r_i = Σ_j p_ij dp_ij: the
-    // softmax's adjoint needs both for every row a column touches.
-    let helpers = format!(
-        "__device__ __forceinline__ {reg} {name}_dp(const {st}* qkv, const {st}* dy, long long h, long long i, long long j) {{\n\
-         \x20 const {st}* g = dy + i * {d}LL + h * {hd}LL;\n\
-         \x20 const {st}* v = qkv + j * {row}LL + {v_off}LL + h * {hd}LL;\n\
-         \x20 {reg} acc = 0;\n\
-         \x20 for (long long c = 0; c < {hd}LL; c++) acc += {dy_c} * {v_c};\n\
-         \x20 return acc;\n\
-         }}\n\
-         __device__ __forceinline__ {reg} {name}_r(const {st}* qkv, const {st}* dy, long long h, long long i, {reg} m, {reg} z) {{\n\
-         \x20 {reg} acc = 0;\n\
-         \x20 for (long long j = 0; j < {end_i}; j++) acc += {name}_p(qkv, h, i, j, m, z) * {name}_dp(qkv, dy, h, i, j);\n\
-         \x20 return acc;\n\
-         }}\n",
-        v_off = 2 * d,
+    let k_j = dm.load(&format!("kc[(j0 + j) * {row}LL]"));
+    let (q_i, dy_i) = (
+        dm.load(&format!("qc[qi * {row}LL]")),
+        dm.load(&format!("gc[qi * {d}LL]")),
     );
-    let strided =
-        |base: &str, idx: &str, stride: usize| dm.load(&format!("{base}[{idx} * {stride}LL]"));
-    let (k_j, q_i, dy_i) = (
-        strided("kc", "kj", row),
-        strided("qc", "qi", row),
-        strided("gc", "qi", d),
+    let (end, start) = (dm.key_end("pos"), dm.query_start("pos"));
+    let p_row = dm.p(name, "pos", "j0 + j");
+    let p_col = dm.p(name, "qi", "pos");
+    let (store_q, store_k, store_v) = (
+        store_expr(dm.dtype, "acc"),
+        store_expr(dm.dtype, "ak"),
+        store_expr(dm.dtype, "av"),
     );
-    let (end_pos, start_pos) = (dm.key_end("pos"), dm.query_start("pos"));
-    let store = store_expr(dm.dtype, "acc");
-    // `part` picks the block of the fused projection: 0 q, 1 k, 2 v; the
-    // thread's position is the query row for dq and the key row for dk, dv.
+    // dq of the block's position from its own row's statistics; then dk
+    // and dv of the same position as a key, from the statistics of every
+    // query row that sees it, in query order.
     let body = format!(
-        "{split}    const long long part = col / {d}LL, h = (col % {d}LL) / {hd}LL, c = col % {hd}LL;\n\
-         \x20   const {st}* qkv = src + bi * {block}LL;\n\
+        "    const {st}* qkv = src + bi * {block}LL;\n\
          \x20   const {st}* dy = dsrc + bi * {dy_block}LL;\n\
-         \x20   const {st}* qc = qkv + h * {hd}LL + c;\n\
-         \x20   const {st}* kc = qkv + {d}LL + h * {hd}LL + c;\n\
-         \x20   const {st}* gc = dy + h * {hd}LL + c;\n\
-         \x20   {reg} acc = 0;\n\
-         \x20   if (part == 0) {{\n\
-         \x20     const long long qi = pos;\n\
-         \x20     {reg} m, z;\n\
-         \x20     {name}_row(qkv, h, qi, &m, &z);\n\
-         \x20     const {reg} r = {name}_r(qkv, dy, h, qi, m, z);\n\
-         \x20     for (long long kj = 0; kj < {end_pos}; kj++) {{\n\
-         \x20       const {reg} ds = {name}_p(qkv, h, qi, kj, m, z) * ({name}_dp(qkv, dy, h, qi, kj) - r) * {scale};\n\
-         \x20       acc += ds * {k_j};\n\
-         \x20     }}\n\
-         \x20   }} else if (part == 1) {{\n\
-         \x20     const long long kj = pos;\n\
-         \x20     for (long long qi = {start_pos}; qi < {t}LL; qi++) {{\n\
-         \x20       {reg} m, z;\n\
-         \x20       {name}_row(qkv, h, qi, &m, &z);\n\
-         \x20       const {reg} r = {name}_r(qkv, dy, h, qi, m, z);\n\
-         \x20       const {reg} ds = {name}_p(qkv, h, qi, kj, m, z) * ({name}_dp(qkv, dy, h, qi, kj) - r) * {scale};\n\
-         \x20       acc += ds * {q_i};\n\
-         \x20     }}\n\
-         \x20   }} else {{\n\
-         \x20     const long long kj = pos;\n\
-         \x20     for (long long qi = {start_pos}; qi < {t}LL; qi++) {{\n\
-         \x20       {reg} m, z;\n\
-         \x20       {name}_row(qkv, h, qi, &m, &z);\n\
-         \x20       acc += {name}_p(qkv, h, qi, kj, m, z) * {dy_i};\n\
+         \x20   {st}* o = dst + bi * {block}LL + pos * {row}LL + h * {hd}LL;\n\
+         \x20   {name}_stats(qkv, dy, h, pos, e, f, stat);\n\
+         \x20   {{\n\
+         \x20     const {reg} m = stat[0], z = stat[1], r = stat[2];\n\
+         \x20     const long long end = {end};\n\
+         \x20     for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
+         \x20       const long long c = c0 + threadIdx.x;\n\
+         \x20       const {st}* kc = qkv + {d}LL + h * {hd}LL + c;\n\
+         \x20       {reg} acc = 0;\n\
+         \x20       for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
+         \x20         const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
+         \x20         for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {p_row} * ({name}_dp(qkv, dy, h, pos, j0 + j) - r) * {scale};\n\
+         \x20         __syncthreads();\n\
+         \x20         if (c < {hd}LL) for (long long j = 0; j < n; j++) acc += e[j] * {k_j};\n\
+         \x20         __syncthreads();\n\
+         \x20       }}\n\
+         \x20       if (c < {hd}LL) o[c] = {store_q};\n\
          \x20     }}\n\
          \x20   }}\n\
-         \x20   dst[i] = {store};\n",
-        split = dm.split(row),
+         \x20   for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
+         \x20     const long long c = c0 + threadIdx.x;\n\
+         \x20     const {st}* qc = qkv + h * {hd}LL + c;\n\
+         \x20     const {st}* gc = dy + h * {hd}LL + c;\n\
+         \x20     {reg} ak = 0, av = 0;\n\
+         \x20     for (long long qi = {start}; qi < {t}LL; qi++) {{\n\
+         \x20       {name}_stats(qkv, dy, h, qi, e, f, stat);\n\
+         \x20       const {reg} m = stat[0], z = stat[1], r = stat[2];\n\
+         \x20       if (c < {hd}LL) {{\n\
+         \x20         const {reg} p = {p_col};\n\
+         \x20         ak += p * ({name}_dp(qkv, dy, h, qi, pos) - r) * {scale} * {q_i};\n\
+         \x20         av += p * {dy_i};\n\
+         \x20       }}\n\
+         \x20     }}\n\
+         \x20     if (c < {hd}LL) {{ o[{d}LL + c] = {store_k}; o[{v_off}LL + c] = {store_v}; }}\n\
+         \x20   }}\n",
         block = t * row,
         dy_block = t * d,
+        v_off = 2 * d,
     );
     let params = [
         format!("const {st}* src"),
         format!("const {st}* dsrc"),
         format!("{st}* dst"),
     ];
-    let code = dm.softmax_helpers(name) + &helpers + &per_element(name, &params, numel, &body);
+    let code = dm.helpers(name) + &dm.kernel(name, heads, &params, &body);
     out.add(
         name.to_string(),
         code,
-        Grid::PerElement(numel),
+        Grid::PerBlock(dm.rows(heads)),
         vec![
             Arg::Node(node.args[0]),
             Arg::Node(node.args[1]),
