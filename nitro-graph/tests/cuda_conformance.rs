@@ -550,8 +550,9 @@ conformance! {
         cuda_attention::case(&format!("{t} (1, 2, 260, 1) adjoint f32"), d, DType::F32, (1, 2, 260, 1), true, 1e-5);
     };
     layer_norm_and_its_gradient => |t, d| {
-        // Rows of 5 under two leading axes; rows of 8 under one.
-        for shape in [&[2, 3, 5][..], &[4, 8]] {
+        // Rows of 5 under two leading axes; rows of 8 under one; rows
+        // longer than a block (300 > 256 threads: columns in two rounds).
+        for shape in [&[2, 3, 5][..], &[4, 8], &[3, 300]] {
             for (dtype, tol) in [(DType::F32, 1e-5), (DType::F64, 1e-12)] {
                 let test = format!("{t} {shape:?} {dtype}");
                 cuda_layer_norm::case(&test, d, dtype, shape, 1e-5, tol);

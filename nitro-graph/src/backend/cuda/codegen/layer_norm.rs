@@ -8,10 +8,13 @@
 //! reference). The gradients of `scale` and `shift` are not here: autodiff
 //! builds them from ordinary ops (sums over rows).
 //!
-//! A first, correct kernel: one thread per output element recomputing its
-//! row's statistics, O(n) per element. Nothing is shared between threads,
-//! so no scratch buffer, no atomics and no barriers. A row-per-block
-//! kernel with shared-memory reductions is future work.
+//! One block per row: one thread folds the row's statistics (and, for the
+//! gradient, its two sums) in column order into shared memory, then the
+//! block's threads write the row's elements. O(n) per row, where a thread
+//! per element recomputing its row was O(n) per element; the order of
+//! every sum is fixed, so results are deterministic, with no atomics and
+//! no scratch memory. A tree reduction over the block's threads would
+//! shorten the serial fold; it is the next step.
 //!
 //! Every value follows the op's definition step for step, in the register
 //! type (f32 for f32/f16/bf16, f64 for f64): `mean = Σ x / n`,
@@ -22,7 +25,7 @@
 //! up to summation order (and, on a GPU, the multiply-adds NVRTC may fuse).
 
 use super::types::{constant, load_expr, register_type, storage_type, store_expr};
-use super::{per_element, scalar, Arg, CudaSource, Grid};
+use super::{scalar, Arg, CudaSource, Grid};
 use crate::ir::{Graph, NodeId, Op, UnaryOp};
 use nitro_device::DType;
 
@@ -56,29 +59,41 @@ impl Dims {
         load_expr(self.dtype, at)
     }
 
-    /// Adds kernel `name` of node `n` (kernel index `k`): the stats helper
-    /// and one thread per element running `body`, over `(x, scale,
-    /// third, dst)`, `third` the shift or the cotangent.
+    /// Adds kernel `name` of node `n` (kernel index `k`) over `(x, scale,
+    /// third, dst)`, `third` the shift or the cotangent: one block per row
+    /// (block-stride), where thread 0 runs `fold` (which leaves the row's
+    /// values in `stat`), then every thread runs `body` for the columns
+    /// `j` it takes.
     fn launch(
         &self,
         out: &mut CudaSource,
         name: &str,
-        body: &str,
+        (fold, body): (&str, &str),
         third: &str,
         (graph, n, k): (&Graph, NodeId, usize),
     ) {
-        let st = self.st;
-        let params = [
-            format!("const {st}* x"),
-            format!("const {st}* scale"),
-            format!("const {st}* {third}"),
-            format!("{st}* dst"),
-        ];
-        let numel = graph.nodes[n].spec.numel();
-        let code = self.stats_helper(name) + &per_element(name, &params, numel, body);
+        let Dims {
+            n: len, st, reg, ..
+        } = *self;
+        let rows = graph.nodes[n].spec.numel() / len.max(1);
+        let kernel = format!(
+            "extern \"C\" __global__ void {name}(const {st}* x, const {st}* scale, const {st}* {third}, {st}* dst) {{\n\
+             \x20 __shared__ {reg} stat[4];\n\
+             \x20 for (long long r = blockIdx.x; r < {rows}LL; r += gridDim.x) {{\n\
+             \x20   const {st}* xr = x + r * {len}LL;\n\
+             {fold}\
+             \x20   __syncthreads();\n\
+             \x20   for (long long j = threadIdx.x; j < {len}LL; j += blockDim.x) {{\n\
+             {body}\
+             \x20   }}\n\
+             \x20   __syncthreads();\n\
+             \x20 }}\n\
+             }}\n"
+        );
+        let code = self.stats_helper(name) + &kernel;
         let mut args: Vec<Arg> = graph.nodes[n].args.iter().map(|&a| Arg::Node(a)).collect();
         args.push(Arg::Node(n));
-        out.add(name.to_string(), code, Grid::PerElement(numel), args, k);
+        out.add(name.to_string(), code, Grid::PerBlock(rows), args, k);
     }
 
     /// The device helper both kernels share, prefixed with the kernel's
@@ -102,21 +117,11 @@ impl Dims {
              }}\n"
         )
     }
-
-    /// C statements splitting the flat index `i` into the column `j` and
-    /// pointing `xr` at the row's first element of `x`.
-    fn split(&self) -> String {
-        let Dims { n, st, .. } = *self;
-        format!(
-            "    const long long j = i % {n}LL, r = i / {n}LL;\n\
-             \x20   const {st}* xr = x + r * {n}LL;\n"
-        )
-    }
 }
 
 /// The launch of an [`Op::LayerNorm`] node `n` over `(x, scale, shift)`:
-/// one thread per element of the output (shaped like `x`), nothing when it
-/// is empty.
+/// one block per row of the output (shaped like `x`), nothing when it is
+/// empty.
 pub(super) fn layer_norm(graph: &Graph, n: NodeId, k: usize, name: &str, out: &mut CudaSource) {
     let node = &graph.nodes[n];
     let Op::LayerNorm { eps } = node.op else {
@@ -130,21 +135,22 @@ pub(super) fn layer_norm(graph: &Graph, n: NodeId, k: usize, name: &str, out: &m
     let reg = dm.reg;
     let (x, scale, shift) = (dm.load("xr[j]"), dm.load("scale[j]"), dm.load("shift[j]"));
     let store = store_expr(dm.dtype, "y");
-    let body = format!(
-        "{split}    {reg} mean, sd;\n\
-         \x20   {name}_stats(xr, &mean, &sd);\n\
-         \x20   const {reg} xc = {x} - mean;\n\
-         \x20   const {reg} y = xc / sd * {scale} + {shift};\n\
-         \x20   dst[i] = {store};\n",
-        split = dm.split(),
+    let fold = format!(
+        "    if (threadIdx.x == 0) {{ {reg} mean, sd; {name}_stats(xr, &mean, &sd); stat[0] = mean; stat[1] = sd; }}\n"
     );
-    dm.launch(out, name, &body, "shift", (graph, n, k));
+    let body = format!(
+        "      const {reg} mean = stat[0], sd = stat[1];\n\
+         \x20     const {reg} xc = {x} - mean;\n\
+         \x20     const {reg} y = xc / sd * {scale} + {shift};\n\
+         \x20     dst[r * {len}LL + j] = {store};\n",
+        len = dm.n,
+    );
+    dm.launch(out, name, (&fold, &body), "shift", (graph, n, k));
 }
 
 /// The launch of an [`Op::LayerNormGrad`] node `n` over `(x, scale, dy)`:
-/// one thread per element of `dx` (shaped like `x`), which recomputes its
-/// row's statistics and the two sums of the row's `g = dy * scale`;
-/// nothing when it is empty.
+/// one block per row of `dx` (shaped like `x`), whose statistics and two
+/// sums of `g = dy * scale` are folded once; nothing when it is empty.
 pub(super) fn layer_norm_grad(
     graph: &Graph,
     n: NodeId,
@@ -170,23 +176,27 @@ pub(super) fn layer_norm_grad(
     let store = store_expr(dm.dtype, "dx");
     // mg = Σ g / n and mgx = Σ g xhat / n over the row: the terms the
     // normalisation's mean and variance contribute to every element.
-    let body = format!(
-        "{split}    const {st}* gr = dy + r * {len}LL;\n\
-         \x20   {reg} mean, sd;\n\
-         \x20   {name}_stats(xr, &mean, &sd);\n\
-         \x20   {reg} sg = 0, sgx = 0;\n\
-         \x20   for (long long c = 0; c < {len}LL; c++) {{\n\
-         \x20     const {reg} xhat = ({x_c} - mean) / sd;\n\
-         \x20     const {reg} g = {dy_c} * {scale_c};\n\
-         \x20     sg += g;\n\
-         \x20     sgx += g * xhat;\n\
-         \x20   }}\n\
-         \x20   const {reg} mg = sg / {len_c}, mgx = sgx / {len_c};\n\
-         \x20   const {reg} xhat = ({x_j} - mean) / sd;\n\
-         \x20   const {reg} g = {dy_j} * {scale_j};\n\
-         \x20   const {reg} dx = (g - mg - xhat * mgx) / sd;\n\
-         \x20   dst[i] = {store};\n",
-        split = dm.split(),
+    let fold = format!(
+        "    const {st}* gr = dy + r * {len}LL;\n\
+         \x20   if (threadIdx.x == 0) {{\n\
+         \x20     {reg} mean, sd;\n\
+         \x20     {name}_stats(xr, &mean, &sd);\n\
+         \x20     {reg} sg = 0, sgx = 0;\n\
+         \x20     for (long long c = 0; c < {len}LL; c++) {{\n\
+         \x20       const {reg} xhat = ({x_c} - mean) / sd;\n\
+         \x20       const {reg} g = {dy_c} * {scale_c};\n\
+         \x20       sg += g;\n\
+         \x20       sgx += g * xhat;\n\
+         \x20     }}\n\
+         \x20     stat[0] = mean; stat[1] = sd; stat[2] = sg / {len_c}; stat[3] = sgx / {len_c};\n\
+         \x20   }}\n"
     );
-    dm.launch(out, name, &body, "dy", (graph, n, k));
+    let body = format!(
+        "      const {reg} mean = stat[0], sd = stat[1], mg = stat[2], mgx = stat[3];\n\
+         \x20     const {reg} xhat = ({x_j} - mean) / sd;\n\
+         \x20     const {reg} g = {dy_j} * {scale_j};\n\
+         \x20     const {reg} dx = (g - mg - xhat * mgx) / sd;\n\
+         \x20     dst[r * {len}LL + j] = {store};\n"
+    );
+    dm.launch(out, name, (&fold, &body), "dy", (graph, n, k));
 }
