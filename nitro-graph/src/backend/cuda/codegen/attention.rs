@@ -203,6 +203,32 @@ impl Dims {
         )
     }
 
+    /// C statements writing, for every column `c` of the head, the sum
+    /// over the row's keys (`j < end`, in key order) of a weight times a
+    /// column element: the weights (`weight`, a C expression of `j0 + j`)
+    /// a chunk at a time into `e` by the whole block, the element read
+    /// through `xc = column` (the column's first element, rows `3 d`
+    /// apart), the sum `acc` written by `write`.
+    fn key_sum(&self, weight: &str, column: &str, write: &str) -> String {
+        let Dims { d, hd, st, reg, .. } = *self;
+        let x = self.load(&format!("xc[(j0 + j) * {}LL]", 3 * d));
+        format!(
+            "    for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
+             \x20     const long long c = c0 + threadIdx.x;\n\
+             \x20     const {st}* xc = {column};\n\
+             \x20     {reg} acc = 0;\n\
+             \x20     for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
+             \x20       const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
+             \x20       for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {weight};\n\
+             \x20       __syncthreads();\n\
+             \x20       if (c < {hd}LL) for (long long j = 0; j < n; j++) acc += e[j] * {x};\n\
+             \x20       __syncthreads();\n\
+             \x20     }}\n\
+             \x20     if (c < {hd}LL) {write};\n\
+             \x20   }}\n"
+        )
+    }
+
     /// Blocks of work: one per (batch, head, position).
     fn rows(&self, heads: usize) -> usize {
         self.b * heads * self.t
@@ -229,32 +255,23 @@ pub(super) fn attention(graph: &Graph, n: NodeId, k: usize, name: &str, out: &mu
         t, d, hd, st, reg, ..
     } = dm;
     let row = 3 * d;
-    let v = dm.load(&format!("v[(j0 + j) * {row}LL]"));
     let end = dm.key_end("pos");
     let p = dm.p(name, "pos", "j0 + j");
     let store = store_expr(dm.dtype, "acc");
     // The row's statistics, then its weights a chunk at a time, each
     // normalised before it weighs v (as the definition reads).
+    let sum = dm.key_sum(
+        &p,
+        &format!("qkv + {}LL + h * {hd}LL + c", 2 * d),
+        &format!("dst[(bi * {t}LL + pos) * {d}LL + h * {hd}LL + c] = {store}"),
+    );
     let body = format!(
         "    const {st}* qkv = src + bi * {block}LL;\n\
          \x20   {name}_stats(qkv, 0, h, pos, e, f, stat);\n\
          \x20   const {reg} m = stat[0], z = stat[1];\n\
          \x20   const long long end = {end};\n\
-         \x20   for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
-         \x20     const long long c = c0 + threadIdx.x;\n\
-         \x20     const {st}* v = qkv + {v_off}LL + h * {hd}LL + c;\n\
-         \x20     {reg} acc = 0;\n\
-         \x20     for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
-         \x20       const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
-         \x20       for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {p};\n\
-         \x20       __syncthreads();\n\
-         \x20       if (c < {hd}LL) for (long long j = 0; j < n; j++) acc += e[j] * {v};\n\
-         \x20       __syncthreads();\n\
-         \x20     }}\n\
-         \x20     if (c < {hd}LL) dst[(bi * {t}LL + pos) * {d}LL + h * {hd}LL + c] = {store};\n\
-         \x20   }}\n",
+         {sum}",
         block = t * row,
-        v_off = 2 * d,
     );
     let params = [format!("const {st}* src"), format!("{st}* dst")];
     let code = dm.helpers(name) + &dm.kernel(name, heads, &params, &body);
@@ -284,7 +301,6 @@ pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out
     } = dm;
     let row = 3 * d;
     let scale = constant(1.0 / (hd as f64).sqrt(), dm.dtype);
-    let k_j = dm.load(&format!("kc[(j0 + j) * {row}LL]"));
     let (q_i, dy_i) = (
         dm.load(&format!("qc[qi * {row}LL]")),
         dm.load(&format!("gc[qi * {d}LL]")),
@@ -300,6 +316,11 @@ pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out
     // dq of the block's position from its own row's statistics; then dk
     // and dv of the same position as a key, from the statistics of every
     // query row that sees it, in query order.
+    let dq = dm.key_sum(
+        &format!("{p_row} * ({name}_dp(qkv, dy, h, pos, j0 + j) - r) * {scale}"),
+        &format!("qkv + {d}LL + h * {hd}LL + c"),
+        &format!("o[c] = {store_q}"),
+    );
     let body = format!(
         "    const {st}* qkv = src + bi * {block}LL;\n\
          \x20   const {st}* dy = dsrc + bi * {dy_block}LL;\n\
@@ -308,19 +329,7 @@ pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out
          \x20   {{\n\
          \x20     const {reg} m = stat[0], z = stat[1], r = stat[2];\n\
          \x20     const long long end = {end};\n\
-         \x20     for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
-         \x20       const long long c = c0 + threadIdx.x;\n\
-         \x20       const {st}* kc = qkv + {d}LL + h * {hd}LL + c;\n\
-         \x20       {reg} acc = 0;\n\
-         \x20       for (long long j0 = 0; j0 < end; j0 += {CHUNK}LL) {{\n\
-         \x20         const long long n = end - j0 < {CHUNK}LL ? end - j0 : {CHUNK}LL;\n\
-         \x20         for (long long j = threadIdx.x; j < n; j += blockDim.x) e[j] = {p_row} * ({name}_dp(qkv, dy, h, pos, j0 + j) - r) * {scale};\n\
-         \x20         __syncthreads();\n\
-         \x20         if (c < {hd}LL) for (long long j = 0; j < n; j++) acc += e[j] * {k_j};\n\
-         \x20         __syncthreads();\n\
-         \x20       }}\n\
-         \x20       if (c < {hd}LL) o[c] = {store_q};\n\
-         \x20     }}\n\
+         {dq}\
          \x20   }}\n\
          \x20   for (long long c0 = 0; c0 < {hd}LL; c0 += blockDim.x) {{\n\
          \x20     const long long c = c0 + threadIdx.x;\n\
