@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::kill::kill_after_first_checkpoint;
+use common::kill::{kill_after_first_checkpoint, resume_beside_uninterrupted};
 use common::{bits, tiny, Tiny};
 use nitro_run::{Nitro, Optimizer};
 
@@ -43,24 +43,8 @@ fn a_sigkilled_run_resumes_bit_identical() {
     let (dir, reference) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     kill_after_first_checkpoint("child_trains_until_killed", CHILD_DIR, dir.path());
 
-    let mut resumed = Nitro::new(experiment(dir.path())).unwrap();
-    let from = resumed
-        .resume()
-        .unwrap()
-        .expect("a checkpoint to resume from");
-    let step = resumed.step();
-    assert!(
-        step > 0 && step % 3 == 0,
-        "resumed at step {step} from {}",
-        from.display()
-    );
-    let target = step + 7; // ends mid-epoch too
-    resumed.stop_after(target);
-    assert!(resumed.train().unwrap().interrupted);
-
-    let mut full = Nitro::new(experiment(reference.path())).unwrap();
-    full.stop_after(target);
-    full.train().unwrap();
-    assert_eq!(full.step(), target);
+    // 7 updates on: the comparison ends mid-epoch too.
+    let (resumed, full) =
+        resume_beside_uninterrupted(experiment, dir.path(), reference.path(), 3, 7);
     assert_eq!(bits(&resumed), bits(&full), "every parameter bit for bit");
 }

@@ -228,23 +228,11 @@ fn a_dropout_batchnorm_run_killed_by_sigkill_resumes_bit_identical() {
         KILL_CHILD_DIR,
         dir.path(),
     );
-    let mut resumed = Nitro::new(killable(dir.path())).unwrap();
-    resumed
-        .resume()
-        .unwrap()
-        .expect("a checkpoint to resume from");
-    let step = resumed.step();
-    assert!(step > 0 && step % 3 == 0, "resumed at step {step}");
-    // Past the next epoch boundary, ending mid-epoch: the dropout keys and
-    // the shuffle of the epochs after the kill must match too.
-    let target = step + 11;
-    resumed.stop_after(target);
-    assert!(resumed.train().unwrap().interrupted);
-
-    let mut full = Nitro::new(killable(reference.path())).unwrap();
-    full.stop_after(target);
-    full.train().unwrap();
-    assert_eq!(full.step(), target);
+    // 11 updates on: past the next epoch boundary, ending mid-epoch, so
+    // the dropout keys and the shuffle of the epochs after the kill must
+    // match too.
+    let (resumed, full) =
+        common::kill::resume_beside_uninterrupted(killable, dir.path(), reference.path(), 3, 11);
     assert_eq!(
         all_bits(&resumed),
         all_bits(&full),

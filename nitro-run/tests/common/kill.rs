@@ -1,15 +1,18 @@
 //! A training child killed by SIGKILL: the test binary re-executes itself
 //! as a child (an environment switch, `env_key = dir`, picks the child's
 //! entry point), the parent waits for the child's first checkpoint in
-//! `dir`, lets it run on a little so the kill lands mid-step, and kills it.
+//! `dir`, lets it run on a little so the kill lands mid-step, and kills it;
+//! then the killed run is resumed next to an uninterrupted one.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nitro_run::{Experiment, Nitro};
+
 /// The checkpoint files in `dir`, oldest first.
-pub fn checkpoints(dir: &Path) -> Vec<String> {
+fn checkpoints(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|f| f.ok()?.file_name().into_string().ok())
@@ -51,4 +54,37 @@ pub fn kill_after_first_checkpoint(entry: &str, env_key: &str, dir: &Path) {
     child.kill().unwrap(); // SIGKILL on Unix
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status:?}");
+}
+
+/// Resumes the killed run in `dir` from its newest checkpoint (at a
+/// multiple of `every` updates, past step 0), trains it `further` updates
+/// on, and trains `make(reference)` uninterrupted to the same step:
+/// (resumed, uninterrupted), for the caller to compare bit for bit.
+pub fn resume_beside_uninterrupted<E: Experiment>(
+    make: impl Fn(&Path) -> E,
+    dir: &Path,
+    reference: &Path,
+    every: u64,
+    further: u64,
+) -> (Nitro<E>, Nitro<E>) {
+    let mut resumed = Nitro::new(make(dir)).unwrap();
+    let from = resumed
+        .resume()
+        .unwrap()
+        .expect("a checkpoint to resume from");
+    let step = resumed.step();
+    assert!(
+        step > 0 && step % every == 0,
+        "resumed at step {step} from {}",
+        from.display()
+    );
+    let target = step + further;
+    resumed.stop_after(target);
+    assert!(resumed.train().unwrap().interrupted);
+
+    let mut full = Nitro::new(make(reference)).unwrap();
+    full.stop_after(target);
+    full.train().unwrap();
+    assert_eq!(full.step(), target);
+    (resumed, full)
 }
