@@ -194,7 +194,7 @@ impl Dims {
             "extern \"C\" __global__ void {name}({}) {{\n\
              \x20 __shared__ {reg} e[{CHUNK}];\n\
              \x20 __shared__ {reg} f[{CHUNK}];\n\
-             \x20 __shared__ {reg} stat[3];\n\
+             \x20 __shared__ {reg} stat[5];\n\
              \x20 for (long long w = blockIdx.x; w < {rows}LL; w += gridDim.x) {{\n\
              {split}{body}  }}\n\
              }}\n",
@@ -315,7 +315,8 @@ pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out
     );
     // dq of the block's position from its own row's statistics; then dk
     // and dv of the same position as a key, from the statistics of every
-    // query row that sees it, in query order.
+    // query row that sees it, in query order: the row's weight p and its
+    // ds computed once (stat[3], stat[4]), not once per column.
     let dq = dm.key_sum(
         &format!("{p_row} * ({name}_dp(qkv, dy, h, pos, j0 + j) - r) * {scale}"),
         &format!("qkv + {d}LL + h * {hd}LL + c"),
@@ -338,11 +339,16 @@ pub(super) fn attention_grad(graph: &Graph, n: NodeId, k: usize, name: &str, out
          \x20     {reg} ak = 0, av = 0;\n\
          \x20     for (long long qi = {start}; qi < {t}LL; qi++) {{\n\
          \x20       {name}_stats(qkv, dy, h, qi, e, f, stat);\n\
-         \x20       const {reg} m = stat[0], z = stat[1], r = stat[2];\n\
-         \x20       if (c < {hd}LL) {{\n\
+         \x20       if (threadIdx.x == 0) {{\n\
+         \x20         const {reg} m = stat[0], z = stat[1], r = stat[2];\n\
          \x20         const {reg} p = {p_col};\n\
-         \x20         ak += p * ({name}_dp(qkv, dy, h, qi, pos) - r) * {scale} * {q_i};\n\
-         \x20         av += p * {dy_i};\n\
+         \x20         stat[3] = p;\n\
+         \x20         stat[4] = p * ({name}_dp(qkv, dy, h, qi, pos) - r) * {scale};\n\
+         \x20       }}\n\
+         \x20       __syncthreads();\n\
+         \x20       if (c < {hd}LL) {{\n\
+         \x20         ak += stat[4] * {q_i};\n\
+         \x20         av += stat[3] * {dy_i};\n\
          \x20       }}\n\
          \x20     }}\n\
          \x20     if (c < {hd}LL) {{ o[{d}LL + c] = {store_k}; o[{v_off}LL + c] = {store_v}; }}\n\
