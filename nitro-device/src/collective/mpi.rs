@@ -21,6 +21,8 @@
 //! `MPI_THREAD_SERIALIZED`): a program may run its collective on any
 //! thread, one at a time.
 
+mod shm;
+
 use super::order::{chunk_range, sum_into_own, Summable};
 use super::{summable, Backend, CollectiveError, Communicator, Launch};
 use crate::HostBuffer;
@@ -51,6 +53,8 @@ pub(super) struct MpiCommunicator {
     state: Mutex<Option<String>>,
     /// The all-reduce's receive buffers, kept between calls.
     scratch: Mutex<Scratch>,
+    /// The node-local path (see [`shm`]), when every rank shares this node.
+    shared: Mutex<shm::Shared>,
     universe: Option<Universe>,
 }
 
@@ -292,23 +296,28 @@ impl<'c> Exchange<'c> {
                     waited: started.elapsed(),
                 });
             }
-            // Yield-spin through the first milliseconds: a train step's
-            // peer usually arrives within them (ranks drift by a fraction of
-            // a step), and a sleep's wake-up latency (~60-100 us) would be
-            // paid twice per all-reduce; yielding still gives this core to
-            // any other runnable thread. Then back off, so a long wait (a
-            // rank checkpointing, a lost rank) leaves the cores to the
-            // ones still computing.
-            let waited = started.elapsed();
-            if waited < SPIN_FOR {
-                std::thread::yield_now();
-            } else if waited < Duration::from_millis(200) {
-                std::thread::sleep(Duration::from_micros(50));
-            } else {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            pause(started);
         }
         Ok(())
+    }
+}
+
+/// Wait a little before polling again, in a wait that began at `started`.
+///
+/// Yield-spin through the first milliseconds: a train step's peer usually
+/// arrives within them (ranks drift by a fraction of a step), and a sleep's
+/// wake-up latency (~60-100 us) would be paid at every synchronisation;
+/// yielding still gives this core to any other runnable thread. Then back
+/// off, so a long wait (a rank checkpointing, a lost rank) leaves the cores
+/// to the ones still computing.
+fn pause(started: Instant) {
+    let waited = started.elapsed();
+    if waited < SPIN_FOR {
+        std::thread::yield_now();
+    } else if waited < Duration::from_millis(200) {
+        std::thread::sleep(Duration::from_micros(50));
+    } else {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -344,7 +353,9 @@ impl MpiCommunicator {
                 launch.launcher, launch.rank, launch.world_size
             )));
         }
-        let local_rank = world.split_shared(rank as c_int).rank() as usize;
+        let node = world.split_shared(rank as c_int);
+        let local_rank = node.rank() as usize;
+        let shared = shm::Shared::for_node(node.size() as usize == world_size);
         // SAFETY: MPI is initialised; COMM_WORLD and ERRORS_RETURN are the
         // shim's constants, and `comm` receives a new handle.
         let comm = unsafe {
@@ -370,6 +381,7 @@ impl MpiCommunicator {
                 comm,
                 state: Mutex::new(None),
                 scratch: Mutex::new(Scratch::default()),
+                shared: Mutex::new(shared),
                 universe: Some(universe),
             },
             local_rank,
@@ -541,6 +553,17 @@ impl Communicator for MpiCommunicator {
         }
         let op = "all_reduce_sum";
         self.guarded(op, || {
+            let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+            let done = match buf {
+                HostBuffer::F32(v) => self.shared_all_reduce(op, v, &mut shared)?,
+                HostBuffer::F64(v) => self.shared_all_reduce(op, v, &mut shared)?,
+                HostBuffer::I32(v) => self.shared_all_reduce(op, v, &mut shared)?,
+                HostBuffer::I64(v) => self.shared_all_reduce(op, v, &mut shared)?,
+                _ => unreachable!("checked summable above"),
+            };
+            if done {
+                return Ok(());
+            }
             let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
             match buf {
                 HostBuffer::F32(v) => self.all_reduce(op, v, &mut s.f32),

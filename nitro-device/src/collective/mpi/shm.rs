@@ -1,0 +1,327 @@
+//! The node-local all-reduce of the MPI communicator: when every rank of
+//! the group runs on this machine, the contributions meet in an MPI-3
+//! shared-memory window (`MPI_Win_allocate_shared`) instead of travelling
+//! as messages.
+//!
+//! Why: on one machine the message path moves each chunk through MPI's
+//! transport twice (to its owner, and the owner's sum back to everyone)
+//! and synchronises in both phases. Here each rank copies its buffer once
+//! into its own segment of the window, the ranks meet at one non-blocking
+//! barrier (`MPI_Ibarrier`, polled under the group's timeout like every
+//! wait of the communicator), and every rank then sums all the segments
+//! itself. The sum is the same left fold in rank order as the message
+//! path's ([`sum_into_own`]), over the same bytes, so the result is bitwise
+//! equal on every rank and to the message path's. Each rank reads
+//! `world - 1` peer buffers, which is cheap for the few ranks one machine
+//! holds and what lets one barrier suffice.
+//!
+//! **Two halves per segment**, used by alternate calls: a rank writes call
+//! k+2's contribution over what its peers read in call k only after it
+//! passed call k+1's barrier, which no peer enters before it finished
+//! reading call k. So no second barrier guards the reads.
+//!
+//! **A lost rank is named**: each segment starts with the count of
+//! contributions its rank has published; when the barrier times out, the
+//! ranks whose count lags this rank's are the lost ones.
+//!
+//! **Memory model**: the window is locked for shared access for its whole
+//! life (`MPI_Win_lock_all`), and `MPI_Win_sync` orders this rank's stores
+//! before the barrier and its loads after it: the standard's idiom for
+//! load/store access to a shared window.
+//!
+//! **Does not own**: the message path, which still serves groups spread
+//! over machines, buffers over [`MAX_BYTES`], and every rank when
+//! `NITRO_COLLECTIVE_SHM=0` (or when any rank could not allocate the
+//! window: the ranks agree before using it).
+
+use super::{error_string, pause, MpiCommunicator};
+use crate::collective::order::{sum_into_own, Summable};
+use crate::collective::CollectiveError;
+use mpi::ffi;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// The largest buffer summed through the window (larger ones take the
+/// message path): the window holds two halves of it per rank in shared
+/// memory, which containers often cap at tens of MiB.
+pub(super) const MAX_BYTES: usize = 64 << 20;
+
+/// The smallest half allocated, so that the small buffers a job reduces
+/// (metrics, loss) do not each grow the window.
+const MIN_HALF: usize = 64 << 10;
+
+/// Bytes before the two halves of a segment: the published count, alone on
+/// its cache lines so that polling it never shares a line with data.
+const HEADER: usize = 128;
+
+/// Turns the node-local path off when set to `0` (every rank must agree;
+/// they check).
+pub(super) const SHM_VAR: &str = "NITRO_COLLECTIVE_SHM";
+
+/// The node-local path's state in a communicator.
+pub(super) enum Shared {
+    /// Not every rank is on this node, the path is switched off, or a rank
+    /// could not allocate the window.
+    Off,
+    /// On; the window of the largest buffer so far, once there was one.
+    On(Option<Window>),
+}
+
+impl Shared {
+    /// The state of a group whose ranks all share this node
+    /// (`whole_world_here`) or not.
+    pub(super) fn for_node(whole_world_here: bool) -> Shared {
+        let off = std::env::var(SHM_VAR).is_ok_and(|v| v.trim() == "0");
+        if whole_world_here && !off {
+            Shared::On(None)
+        } else {
+            Shared::Off
+        }
+    }
+}
+
+/// A shared window: one segment per rank of `HEADER + 2 * half` bytes.
+pub(super) struct Window {
+    win: ffi::MPI_Win,
+    /// Every rank's segment as mapped into this process, in rank order.
+    segments: Vec<*mut u8>,
+    /// Bytes of each half.
+    half: usize,
+    /// Contributions this rank has published.
+    published: u64,
+}
+
+// SAFETY: the window and the mapped segments are only used under the
+// communicator's locks (MPI_THREAD_SERIALIZED allows any one thread).
+unsafe impl Send for Window {}
+
+impl Window {
+    /// Collectively allocate segments of `half`-byte halves and map every
+    /// rank's; the MPI error code on failure.
+    fn allocate(comm: &MpiCommunicator, half: usize) -> Result<Window, c_int> {
+        let ok = ffi::MPI_SUCCESS as c_int;
+        let bytes = ffi::MPI_Aint::try_from(HEADER + 2 * half).map_err(|_| -1)?;
+        // SAFETY: a null window handle is overwritten by the allocation.
+        let mut win: ffi::MPI_Win = unsafe { std::mem::zeroed() };
+        let mut base: *mut u8 = std::ptr::null_mut();
+        // SAFETY: `base` receives the address of this rank's `bytes`-byte
+        // segment and `win` the window; both out-parameters are valid.
+        let code = unsafe {
+            ffi::MPI_Win_allocate_shared(
+                bytes,
+                1,
+                ffi::RSMPI_INFO_NULL,
+                comm.comm,
+                (&mut base as *mut *mut u8).cast::<c_void>(),
+                &mut win,
+            )
+        };
+        if code != ok {
+            return Err(code);
+        }
+        // SAFETY: `win` is the window just allocated; shared (not
+        // exclusive) access for its whole life, with no conflicting locks.
+        let code = unsafe { ffi::MPI_Win_lock_all(ffi::MPI_MODE_NOCHECK as c_int, win) };
+        if code != ok {
+            return Err(code);
+        }
+        let mut segments = Vec::with_capacity(comm.world_size);
+        for q in 0..comm.world_size {
+            let (mut size, mut unit, mut at): (ffi::MPI_Aint, c_int, *mut u8) =
+                (0, 0, std::ptr::null_mut());
+            // SAFETY: `q` is a rank of the window's group; the
+            // out-parameters are valid.
+            let code = unsafe {
+                ffi::MPI_Win_shared_query(
+                    win,
+                    q as c_int,
+                    &mut size,
+                    &mut unit,
+                    (&mut at as *mut *mut u8).cast::<c_void>(),
+                )
+            };
+            if code != ok || at.is_null() || size < bytes {
+                return Err(code);
+            }
+            segments.push(at);
+        }
+        // The count starts at zero in this rank's own segment (the peers
+        // read it only after a barrier this rank enters later).
+        // SAFETY: the header is this rank's, 8-byte aligned (MPI aligns
+        // segments at least to that), and no other rank writes it.
+        unsafe { published(segments[comm.rank]).store(0, Ordering::Release) };
+        Ok(Window {
+            win,
+            segments,
+            half,
+            published: 0,
+        })
+    }
+
+    /// Half `which` of rank `q`'s segment, as `len` elements of `T`.
+    fn part<T>(&self, q: usize, which: usize, len: usize) -> *mut T {
+        debug_assert!(len * std::mem::size_of::<T>() <= self.half);
+        // SAFETY: within the segment: HEADER + which * half + len * size_of
+        // T <= HEADER + 2 * half bytes.
+        unsafe { self.segments[q].add(HEADER + which * self.half).cast() }
+    }
+}
+
+/// The published count at the start of a segment.
+///
+/// # Safety
+/// `segment` is the start of a live segment of a [`Window`].
+unsafe fn published<'w>(segment: *mut u8) -> &'w AtomicU64 {
+    // SAFETY: the caller's contract; the header is 8-byte aligned and only
+    // accessed atomically.
+    unsafe { &*segment.cast::<AtomicU64>() }
+}
+
+impl MpiCommunicator {
+    /// Sum `data` over the group through the window, if this group uses
+    /// one: `Ok(true)` when done, `Ok(false)` when the caller must take the
+    /// message path. Every rank makes the same choice (the same length,
+    /// the same agreed state).
+    pub(super) fn shared_all_reduce<T: Summable>(
+        &self,
+        op: &'static str,
+        data: &mut [T],
+        shared: &mut Shared,
+    ) -> Result<bool, CollectiveError> {
+        let bytes = std::mem::size_of_val(data);
+        let Shared::On(window) = shared else {
+            return Ok(false);
+        };
+        if bytes > MAX_BYTES {
+            return Ok(false);
+        }
+        if window.as_ref().is_none_or(|w| w.half < bytes) {
+            match self.grow(op, window.take(), bytes)? {
+                Some(w) => *window = Some(w),
+                None => {
+                    *shared = Shared::Off;
+                    return Ok(false);
+                }
+            }
+        }
+        let Shared::On(Some(w)) = shared else {
+            unreachable!("a window was just put in place")
+        };
+        let (me, n, which) = (self.rank, data.len(), (w.published & 1) as usize);
+        // SAFETY: this rank's half holds `bytes` >= n elements and no peer
+        // reads it now (see the module doc: two halves).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), w.part::<T>(me, which, n), n) };
+        w.published += 1;
+        // SAFETY: this rank's live segment.
+        unsafe { published(w.segments[me]).store(w.published, Ordering::Release) };
+        self.meet(op, w)?;
+        let parts: Vec<Option<&[T]>> = (0..self.world_size)
+            .map(|q| {
+                // SAFETY: rank q published these n elements before the
+                // barrier, and writes them again only after the next one.
+                (q != me).then(|| unsafe { std::slice::from_raw_parts(w.part::<T>(q, which, n), n) })
+            })
+            .collect();
+        sum_into_own(&parts, data);
+        Ok(true)
+    }
+
+    /// A window with halves of at least `bytes`, replacing `old`; `None`
+    /// when some rank could not allocate one (every rank then returns
+    /// `None`, and the group takes the message path from now on).
+    fn grow(
+        &self,
+        op: &'static str,
+        old: Option<Window>,
+        bytes: usize,
+    ) -> Result<Option<Window>, CollectiveError> {
+        // The allocation is a blocking collective: first check, under the
+        // timeout, that every rank is alive and here.
+        self.all_reduce::<i32>(op, &mut Vec::new(), &mut Vec::new())?;
+        if let Some(old) = old {
+            old.free();
+        }
+        let half = bytes.next_power_of_two().max(MIN_HALF);
+        let window = Window::allocate(self, half);
+        let mut agreed = vec![i32::from(window.is_ok())];
+        self.all_reduce(op, &mut agreed, &mut Vec::new())?;
+        Ok(match window {
+            Ok(w) if agreed[0] as usize == self.world_size => Some(w),
+            // Freeing is collective, and some rank holds no window: leave
+            // it (once per job) rather than wait on a rank that will not.
+            Ok(w) => {
+                std::mem::forget(w);
+                None
+            }
+            Err(_) => None,
+        })
+    }
+
+    /// Enter the barrier after publishing, and return once every rank has
+    /// published; name the ranks that did not within the timeout.
+    fn meet(&self, op: &'static str, w: &Window) -> Result<(), CollectiveError> {
+        let started = Instant::now();
+        let mpi_error = |code| CollectiveError::Mpi {
+            rank: self.rank,
+            op,
+            peer: None,
+            code,
+            message: error_string(code),
+        };
+        let ok = ffi::MPI_SUCCESS as c_int;
+        // SAFETY: a null request is the documented initial value; the
+        // window and communicator are live.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let code = unsafe {
+            ffi::MPI_Win_sync(w.win);
+            ffi::MPI_Ibarrier(self.comm, &mut request)
+        };
+        if code != ok {
+            return Err(mpi_error(code));
+        }
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: a zeroed status is a valid out-parameter; `request`
+            // is the live barrier.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            let code = unsafe { ffi::MPI_Test(&mut request, &mut flag, &mut status) };
+            if code != ok {
+                return Err(mpi_error(code));
+            }
+            if flag != 0 {
+                break;
+            }
+            if started.elapsed() >= self.timeout {
+                let lost = (0..self.world_size)
+                    // SAFETY: live segments of the window.
+                    .filter(|&q| unsafe { published(w.segments[q]) }.load(Ordering::Acquire) < w.published)
+                    .collect();
+                return Err(CollectiveError::LostRanks {
+                    rank: self.rank,
+                    op,
+                    lost,
+                    waited: started.elapsed(),
+                });
+            }
+            pause(started);
+        }
+        // SAFETY: the live window; orders the peers' stores before the
+        // loads that follow.
+        unsafe { ffi::MPI_Win_sync(w.win) };
+        Ok(())
+    }
+}
+
+impl Window {
+    /// Release the window (collective: every rank frees its own in the
+    /// same call).
+    fn free(mut self) {
+        // SAFETY: the window is live and locked by this rank; after the
+        // free no segment is touched (self is consumed).
+        unsafe {
+            ffi::MPI_Win_unlock_all(self.win);
+            ffi::MPI_Win_free(&mut self.win);
+        }
+    }
+}
