@@ -342,12 +342,29 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     let (mut program_one, mut program_two, mut program_both) = (vec![], vec![], vec![]);
     // Adjacent runs are paired, so a drift of the machine's speed (a VM's
     // neighbours) moves both sides of a ratio alike.
+    // The 1-rank side runs bound to one core, as mpirun binds each of the
+    // 2 ranks (`--bind-to core`, its default for 2 processes): one core
+    // against two. Unbound, the one rank's data-prefetch thread and the
+    // system's work borrow the idle second core, which the 2-rank job
+    // does not have; that run is reported beside (`samples_per_s_1x1_unbound`).
+    let bound = Command::new("taskset")
+        .args(["-c", "0", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    let one_rank = |bind: bool| {
+        let mut cmd = if bind {
+            let mut c = Command::new("taskset");
+            c.args(["-c", "0"]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        cmd.arg("ddp_worker").env("RAYON_NUM_THREADS", "1").output()
+    };
+    let mut one_unbound = vec![];
     for _ in 0..PAIRS {
-        let out = Command::new(&exe)
-            .arg("ddp_worker")
-            .env("RAYON_NUM_THREADS", "1")
-            .output()?;
-        let f = figures(out)?;
+        one_unbound.push(figures(one_rank(false)?)?.rate);
+        let f = figures(one_rank(bound)?)?;
         one.push(f.rate);
         step_one.push(f.step_ms);
         program_one.push(f.program_ms);
@@ -399,6 +416,7 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     }
     let ratios: Vec<String> = pairs.iter().map(|r| format!("{r:.3}")).collect();
     let (one, two, share, ratio) = (median(one), median(two), median(share), median(pairs));
+    let one_unbound = median(one_unbound);
     let alone = median(alone);
     let (step_one, step_two, reduce_two) = (median(step_one), median(step_two), median(reduce_two));
     // The independent runs need `taskset`; without it their fields are null.
@@ -413,7 +431,7 @@ fn ddp_throughput() -> Result<(), Box<dyn std::error::Error>> {
     let (program_one, program_two) = (median(program_one), median(program_two));
     let program_both = median_or_null(program_both);
     println!(
-        "{{\"bench\":\"ddp_throughput\",\"ranks\":2,\"ratio_vs_one_rank\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"allreduce_share\":{share:.4},\"allreduce_alone_ms\":{alone:.3},\"step_ms_1x1\":{step_one:.3},\"step_ms_2x1\":{step_two:.3},\"allreduce_ms_per_step\":{reduce_two:.3},\"step_ms_independent\":{step_both},\"program_ms_1x1\":{program_one:.3},\"program_ms_2x1\":{program_two:.3},\"program_ms_independent\":{program_both},\"threads\":1,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio_vs_one_rank = 2-rank samples/s (samples_per_s, global) over 1-rank samples/s (goal >= 1.8): the median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes; step_ms: training-loop ms per step (1 rank, 2 ranks with allreduce_ms_per_step of it, two unconnected workers at once): the ratio is about 2 step_ms_1x1 / step_ms_2x1; program_ms: of a step, the time inside the compiled program (the all-reduce included), the rest being the host loop\"}}",
+        "{{\"bench\":\"ddp_throughput\",\"ranks\":2,\"ratio_vs_one_rank\":{ratio:.3},\"pair_ratios\":[{}],\"independent_ratio\":{ceiling},\"samples_per_s\":{two:.1},\"samples_per_s_1x1\":{one:.1},\"samples_per_s_1x1_unbound\":{one_unbound:.1},\"one_rank_bound\":{bound},\"allreduce_share\":{share:.4},\"allreduce_alone_ms\":{alone:.3},\"step_ms_1x1\":{step_one:.3},\"step_ms_2x1\":{step_two:.3},\"allreduce_ms_per_step\":{reduce_two:.3},\"step_ms_independent\":{step_both},\"program_ms_1x1\":{program_one:.3},\"program_ms_2x1\":{program_two:.3},\"program_ms_independent\":{program_both},\"threads\":1,\"model\":\"784-256-10\",\"batch_per_rank\":128,\"loadavg_before\":{load_before},\"loadavg_after\":{},\"note\":\"digits_mlp training loop, one epoch of 20k; ratio_vs_one_rank = 2-rank samples/s (samples_per_s, global; mpirun binds each rank to a core) over 1-rank samples/s bound to one core (taskset; one_rank_bound) (goal >= 1.8): the median over {PAIRS} adjacent (1-rank, 2-rank) pairs of their ratio, each run the median of 3 trainings; independent_ratio = two unconnected 1-rank workers run at once, pinned, over the adjacent 1-rank run: the most this machine gives two processes; step_ms: training-loop ms per step (1 rank, 2 ranks with allreduce_ms_per_step of it, two unconnected workers at once): the ratio is about 2 step_ms_1x1 / step_ms_2x1; program_ms: of a step, the time inside the compiled program (the all-reduce included), the rest being the host loop\"}}",
         ratios.join(","),
         loadavg()
     );

@@ -68,28 +68,42 @@ impl Summable for i64 {
 ///
 /// Summed a block at a time through a small accumulator, so the fold reads
 /// each part once and needs no chunk-sized scratch buffer, whichever rank
-/// the owner is.
+/// the owner is. The first two parts are added in one pass (the common
+/// two-rank case reads each input once and writes once, with no copy into
+/// the accumulator first): this runs on every all-reduce of a training
+/// step.
 pub fn sum_into_own<T: Summable>(parts: &[Option<&[T]>], own: &mut [T]) {
-    const BLOCK: usize = 256;
+    const BLOCK: usize = 512;
     let mut acc = [T::default(); BLOCK];
     for (b, block) in own.chunks_mut(BLOCK).enumerate() {
         let (at, len) = (b * BLOCK, block.len());
         let acc = &mut acc[..len];
-        for (q, part) in parts.iter().enumerate() {
-            let src: &[T] = match part {
-                Some(p) => &p[at..at + len],
-                None => block,
-            };
-            if q == 0 {
-                acc.copy_from_slice(src);
-            } else {
-                for (a, &x) in acc.iter_mut().zip(src) {
-                    *a = a.add(x);
+        match parts.len() {
+            0 => continue,
+            1 => acc.copy_from_slice(pick(parts[0], block, at)),
+            _ => {
+                for ((a, &x), &y) in acc
+                    .iter_mut()
+                    .zip(pick(parts[0], block, at))
+                    .zip(pick(parts[1], block, at))
+                {
+                    *a = x.add(y);
                 }
+            }
+        }
+        for q in 2..parts.len() {
+            for (a, &x) in acc.iter_mut().zip(pick(parts[q], block, at)) {
+                *a = a.add(x);
             }
         }
         block.copy_from_slice(acc);
     }
+}
+
+/// Part `q`'s elements at `at..at + block.len()`, or the owner's own
+/// `block` where the part is the owner's (`None`).
+fn pick<'a, T>(part: Option<&'a [T]>, block: &'a [T], at: usize) -> &'a [T] {
+    part.map_or(block, |p| &p[at..at + block.len()])
 }
 
 #[cfg(test)]

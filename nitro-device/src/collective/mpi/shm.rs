@@ -220,7 +220,8 @@ impl MpiCommunicator {
             .map(|q| {
                 // SAFETY: rank q published these n elements before the
                 // barrier, and writes them again only after the next one.
-                (q != me).then(|| unsafe { std::slice::from_raw_parts(w.part::<T>(q, which, n), n) })
+                (q != me)
+                    .then(|| unsafe { std::slice::from_raw_parts(w.part::<T>(q, which, n), n) })
             })
             .collect();
         sum_into_own(&parts, data);
@@ -295,7 +296,9 @@ impl MpiCommunicator {
             if started.elapsed() >= self.timeout {
                 let lost = (0..self.world_size)
                     // SAFETY: live segments of the window.
-                    .filter(|&q| unsafe { published(w.segments[q]) }.load(Ordering::Acquire) < w.published)
+                    .filter(|&q| {
+                        unsafe { published(w.segments[q]) }.load(Ordering::Acquire) < w.published
+                    })
                     .collect();
                 return Err(CollectiveError::LostRanks {
                     rank: self.rank,
