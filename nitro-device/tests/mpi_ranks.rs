@@ -13,7 +13,7 @@ mod support {
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
-use support::rank_data::{rank_value, LEN};
+use support::rank_data::{rank_value, BIG, LEN};
 
 /// The bound the issue sets from a rank's loss to the others' exit.
 const FAULT_BOUND: Duration = Duration::from_secs(30);
@@ -62,13 +62,21 @@ fn hex_f64(v: &[f64]) -> String {
     v.iter().map(|x| format!("{:x},", x.to_bits())).collect()
 }
 
-fn check_sum(n: usize) {
+/// The sum checks of `n` ranks, through the shared window (`shm`, the
+/// default on one machine) or through messages (`NITRO_COLLECTIVE_SHM=0`,
+/// the path of ranks on several machines).
+fn check_sum(n: usize, shm: bool) {
     if example().is_none() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("nitro-ranks-{}-{n}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("nitro-ranks-{}-{n}-{shm}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (out, _) = mpirun(n, &[], &["sum", dir.to_str().unwrap()]);
+    let path = if shm { "1" } else { "0" };
+    let (out, _) = mpirun(
+        n,
+        &["-x", &format!("NITRO_COLLECTIVE_SHM={path}")],
+        &["sum", dir.to_str().unwrap()],
+    );
     assert!(
         out.status.success(),
         "mpirun -n {n} failed: {}{}",
@@ -93,6 +101,13 @@ fn check_sum(n: usize) {
         .map(|i| format!("{:x},", (0..n).map(|r| (i * 1000 + r) as i64).sum::<i64>()))
         .collect();
     let bcast = hex_f64(&[(n - 1) as f64; 5]);
+    let fold = |x: &dyn Fn(usize, usize) -> f64| -> Vec<f64> {
+        (0..BIG)
+            .map(|i| (1..n).fold(x(0, i), |s, r| s + x(r, i)))
+            .collect()
+    };
+    let big = hex_f64(&fold(&rank_value));
+    let big2 = hex_f64(&fold(&|r, i| -rank_value(r, BIG - 1 - i)));
     // With three or more ranks the order matters for these inputs (two
     // addends commute exactly): a reversed sum differs somewhere, so
     // agreement below is evidence of the order, not luck.
@@ -114,6 +129,8 @@ fn check_sum(n: usize) {
             ("f64", hex_f64(&f64_sum)),
             ("i64", i64_sum.clone()),
             ("bcast", bcast.clone()),
+            ("big", big.clone()),
+            ("big2", big2.clone()),
         ] {
             let line = format!("{kind} {want}");
             assert!(
@@ -127,12 +144,34 @@ fn check_sum(n: usize) {
 
 #[test]
 fn two_ranks_sum_bitwise_in_rank_order() {
-    check_sum(2);
+    check_sum(2, true);
+    check_sum(2, false);
 }
 
 #[test]
 fn three_ranks_sum_bitwise_in_rank_order() {
-    check_sum(3);
+    check_sum(3, true);
+    check_sum(3, false);
+}
+
+#[test]
+fn a_rank_hung_after_the_group_formed_is_named_within_30_s() {
+    if example().is_none() {
+        return;
+    }
+    // The shared window exists when rank 1 goes quiet: the survivors name
+    // it from the counts each rank publishes there.
+    let (out, took) = mpirun(3, &[], &["hang_later", "1"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the job must fail:\n{stderr}");
+    assert!(took < FAULT_BOUND, "took {took:?}:\n{stderr}");
+    for survivor in [0, 2] {
+        assert!(
+            stderr.contains(&format!("rank {survivor}: all_reduce_sum timed out"))
+                && stderr.contains("lost rank 1"),
+            "rank {survivor} did not name the hung rank 1:\n{stderr}"
+        );
+    }
 }
 
 #[test]

@@ -213,7 +213,7 @@ fn digits_mlp_e2e() -> Result<(), Box<dyn std::error::Error>> {
 /// in the gradient all-reduce. One JSON object on rank 0's stdout.
 fn ddp_worker() -> Result<(), Box<dyn std::error::Error>> {
     let config = |e: &mut BenchMlp| {
-        (e.width, e.layers, e.batch, e.n_train, e.epochs) = (256.into(), 1.into(), 128, 20_000, 1);
+        (e.width, e.layers, e.batch, e.n_train, e.epochs) = (256.into(), 1.into(), 128, 20_000, 4);
     };
     let mut e = BenchMlp::defaults();
     config(&mut e);

@@ -13,7 +13,7 @@ mod rank_data;
 
 use nitro_device::collective::ProcessGroup;
 use nitro_device::HostBuffer;
-use rank_data::{rank_value, LEN};
+use rank_data::{rank_value, BIG, LEN};
 use std::fmt::Write as _;
 
 fn hex<T: Copy>(v: &[T], bits: impl Fn(T) -> u64) -> String {
@@ -27,11 +27,21 @@ fn run(group: &ProcessGroup, mode: &str, arg: &str) -> Result<(), String> {
     let target: usize = arg.parse().unwrap_or(0);
     let r = group.rank();
     let err = |e: nitro_device::collective::CollectiveError| e.to_string();
+    let hang = || loop {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+    };
     match mode {
-        "hang" if r == target => loop {
-            std::thread::sleep(std::time::Duration::from_secs(60));
-        },
+        "hang" if r == target => hang(),
         "exit" if r == target => std::process::exit(7),
+        // Hang after one all-reduce: the group is established (on one
+        // machine, its shared window allocated) when the rank goes quiet.
+        "hang_later" => {
+            let mut warm = HostBuffer::from(vec![1.0f32; 8]);
+            group.all_reduce_sum(&mut warm).map_err(err)?;
+            if r == target {
+                hang();
+            }
+        }
         _ => {}
     }
     let mut f32s = HostBuffer::from(
@@ -44,21 +54,39 @@ fn run(group: &ProcessGroup, mode: &str, arg: &str) -> Result<(), String> {
     group.all_reduce_sum(&mut f32s).map_err(err)?;
     group.all_reduce_sum(&mut f64s).map_err(err)?;
     group.all_reduce_sum(&mut i64s).map_err(err)?;
+    // Larger than any buffer before (a shared window grows for it), and
+    // summed twice so that both halves of the window serve it.
+    let mut big = HostBuffer::from((0..BIG).map(|i| rank_value(r, i)).collect::<Vec<_>>());
+    group.all_reduce_sum(&mut big).map_err(err)?;
+    let mut big2 = HostBuffer::from(
+        (0..BIG)
+            .map(|i| -rank_value(r, BIG - 1 - i))
+            .collect::<Vec<_>>(),
+    );
+    group.all_reduce_sum(&mut big2).map_err(err)?;
     let root = group.world_size() - 1;
     let mut b = HostBuffer::from(vec![r as f64; 5]);
     group.broadcast(&mut b, root).map_err(err)?;
     group.barrier().map_err(err)?;
-    let (HostBuffer::F32(a), HostBuffer::F64(d), HostBuffer::I64(n), HostBuffer::F64(b)) =
-        (&f32s, &f64s, &i64s, &b)
+    let (
+        HostBuffer::F32(a),
+        HostBuffer::F64(d),
+        HostBuffer::I64(n),
+        HostBuffer::F64(b),
+        HostBuffer::F64(g),
+        HostBuffer::F64(g2),
+    ) = (&f32s, &f64s, &i64s, &b, &big, &big2)
     else {
         return Err("a collective changed a buffer's dtype".into());
     };
     let report = format!(
-        "f32 {}\nf64 {}\ni64 {}\nbcast {}\n",
+        "f32 {}\nf64 {}\ni64 {}\nbcast {}\nbig {}\nbig2 {}\n",
         hex(a, |x| x.to_bits() as u64),
         hex(d, f64::to_bits),
         hex(n, |x| x as u64),
-        hex(b, f64::to_bits)
+        hex(b, f64::to_bits),
+        hex(g, f64::to_bits),
+        hex(g2, f64::to_bits)
     );
     let path = std::path::Path::new(arg).join(format!("rank{r}.txt"));
     std::fs::write(&path, report).map_err(|e| format!("writing {}: {e}", path.display()))

@@ -373,19 +373,20 @@ impl MpiCommunicator {
             ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN);
             comm
         };
-        Ok((
-            MpiCommunicator {
-                rank,
-                world_size,
-                timeout,
-                comm,
-                state: Mutex::new(None),
-                scratch: Mutex::new(Scratch::default()),
-                shared: Mutex::new(shared),
-                universe: Some(universe),
-            },
-            local_rank,
-        ))
+        let group = MpiCommunicator {
+            rank,
+            world_size,
+            timeout,
+            comm,
+            state: Mutex::new(None),
+            scratch: Mutex::new(Scratch::default()),
+            shared: Mutex::new(shared),
+            universe: Some(universe),
+        };
+        // A failure marks the group broken, so that dropping it skips the
+        // finalisation a lost peer would hang.
+        group.guarded("start-up", || group.settle_shared())?;
+        Ok((group, local_rank))
     }
 
     /// Run `body` under the lock, refusing once the group is broken and

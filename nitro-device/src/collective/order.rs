@@ -91,8 +91,8 @@ pub fn sum_into_own<T: Summable>(parts: &[Option<&[T]>], own: &mut [T]) {
                 }
             }
         }
-        for q in 2..parts.len() {
-            for (a, &x) in acc.iter_mut().zip(pick(parts[q], block, at)) {
+        for &part in parts.iter().skip(2) {
+            for (a, &x) in acc.iter_mut().zip(pick(part, block, at)) {
                 *a = a.add(x);
             }
         }

@@ -18,3 +18,7 @@ pub fn rank_value(rank: usize, i: usize) -> f64 {
 /// Elements per buffer: not a multiple of 2 or 3, so owner chunks differ
 /// in length.
 pub const LEN: usize = 1001;
+
+/// Elements of the large buffer: 160 KB of f64, more than a shared window
+/// first holds, and odd.
+pub const BIG: usize = 20_001;
