@@ -179,6 +179,20 @@ unsafe fn published<'w>(segment: *mut u8) -> &'w AtomicU64 {
 }
 
 impl MpiCommunicator {
+    /// Agree on the path at start-up: the window only if every rank wants
+    /// it (all on this node, none with the path switched off), so that a
+    /// rank whose environment differs cannot leave the others waiting in a
+    /// barrier it never enters.
+    pub(super) fn settle_shared(&self) -> Result<(), CollectiveError> {
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let mut wanting = vec![i32::from(matches!(*shared, Shared::On(_)))];
+        self.all_reduce("start-up", &mut wanting, &mut Vec::new())?;
+        if wanting[0] as usize != self.world_size {
+            *shared = Shared::Off;
+        }
+        Ok(())
+    }
+
     /// Sum `data` over the group through the window, if this group uses
     /// one: `Ok(true)` when done, `Ok(false)` when the caller must take the
     /// message path. Every rank makes the same choice (the same length,
