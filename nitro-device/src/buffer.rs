@@ -214,6 +214,29 @@ impl HostBuffer {
     pub fn as_slice<T: Element>(&self) -> Option<&[T]> {
         T::slice(self)
     }
+
+    /// The elements' bytes in memory (native byte order), for transports
+    /// that move a buffer whatever its dtype. A bool buffer's bytes must
+    /// stay 0 or 1.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        fn raw<T>(v: &mut [T]) -> &mut [u8] {
+            // SAFETY: every dtype here is plain old data, so its memory may
+            // be viewed as bytes; the length is the slice's size in bytes.
+            unsafe {
+                std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v))
+            }
+        }
+        match self {
+            HostBuffer::F32(v) => raw(v),
+            HostBuffer::F64(v) => raw(v),
+            HostBuffer::F16(v) => raw(v),
+            HostBuffer::BF16(v) => raw(v),
+            HostBuffer::I32(v) => raw(v),
+            HostBuffer::I64(v) => raw(v),
+            HostBuffer::U8(v) => v,
+            HostBuffer::Bool(v) => raw(v),
+        }
+    }
 }
 
 #[cfg(test)]

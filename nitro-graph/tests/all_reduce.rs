@@ -474,3 +474,96 @@ fn the_sum_takes_a_dying_argument_s_buffer_and_never_one_read_later() {
     );
     assert_eq!(comm.calls.load(Ordering::SeqCst), calls + 1);
 }
+
+/// Rank 0 of two whose peer holds 1.0 everywhere, recording the parts a
+/// concatenated all-reduce hands over.
+#[derive(Debug, Default)]
+struct SeesParts {
+    parts: std::sync::Mutex<Vec<usize>>,
+}
+
+impl Communicator for SeesParts {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        2
+    }
+    fn backend(&self) -> Backend {
+        Backend::Single
+    }
+    fn all_reduce_sum(&self, _: &mut HostBuffer) -> Result<(), CollectiveError> {
+        panic!("a flattening concat's all-reduce must come with its parts")
+    }
+    fn all_reduce_sum_parts(
+        &self,
+        parts: &[&[u8]],
+        buf: &mut HostBuffer,
+    ) -> Result<(), CollectiveError> {
+        *self.parts.lock().unwrap() = parts.iter().map(|p| p.len()).collect();
+        nitro_device::collective::concat_parts(parts, buf)?;
+        let HostBuffer::F32(v) = buf else {
+            panic!("the test feeds f32")
+        };
+        v.iter_mut().for_each(|x| *x += 1.0);
+        Ok(())
+    }
+    fn broadcast(&self, _: &mut HostBuffer, _: usize) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+    fn barrier(&self) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_flattening_concat_hands_its_parts_to_the_communicator() {
+    // The data-parallel shape: the concat that only the all-reduce reads is
+    // not run on its own; its parts reach the communicator, which copies
+    // them where it reduces (MPI's shared window) instead.
+    let p = compile(
+        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2]))],
+        CompileOptions::named("flat"),
+        |_, t| {
+            let flat = nitro_graph::Tensor::concat(&[&t[0] * 2.0, t[1].exp()], 0)?;
+            Ok(vec![("s".into(), &flat.all_reduce_sum(2) * 3.0)])
+        },
+    )
+    .unwrap();
+    assert!(
+        p.listing().contains("(written by the all-reduce)"),
+        "{}",
+        p.listing()
+    );
+    let (a, b) = ([1.0f32, -2.0, 0.5], [0.0f32, 1.0]);
+    let inputs = || {
+        [
+            Array::from_vec(&[3], a.to_vec()).unwrap(),
+            Array::from_vec(&[2], b.to_vec()).unwrap(),
+        ]
+    };
+    let local: Vec<f32> = a
+        .iter()
+        .map(|&x| 2.0 * x)
+        .chain(b.iter().map(|&x| x.exp()))
+        .collect();
+    let comm = SeesParts::default();
+    let out = p.run_with(&mut inputs(), &comm).unwrap();
+    assert_eq!(*comm.parts.lock().unwrap(), vec![12, 8]);
+    let want: Vec<f32> = local.iter().map(|&x| (x + 1.0) * 3.0).collect();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), want.as_slice());
+    // Alone (a world of one is refused for world_size 2): compiled for one
+    // rank, the folded concat still writes every part in order.
+    let p = compile(
+        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2]))],
+        CompileOptions::named("flat1"),
+        |_, t| {
+            let flat = nitro_graph::Tensor::concat(&[&t[0] * 2.0, t[1].exp()], 0)?;
+            Ok(vec![("s".into(), &flat.all_reduce_sum(1) * 3.0)])
+        },
+    )
+    .unwrap();
+    let out = p.run(&mut inputs()).unwrap();
+    let want: Vec<f32> = local.iter().map(|&x| x * 3.0).collect();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), want.as_slice());
+}

@@ -94,6 +94,14 @@ pub enum CollectiveError {
         /// The buffer's size in bytes.
         bytes: usize,
     },
+    /// The parts of a concatenated all-reduce do not fill its buffer.
+    #[error("all_reduce_sum_parts got parts of {bytes} bytes for a buffer of {expected}: the parts must be the buffer's elements, all of them")]
+    Parts {
+        /// The parts' bytes in all.
+        bytes: usize,
+        /// The buffer's bytes.
+        expected: usize,
+    },
     /// A broadcast root outside the world.
     #[error("broadcast root {root} is not a rank of a world of {world_size}")]
     Root {

@@ -85,10 +85,44 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
     /// in rank order ([`order`]): bitwise equal on every rank. f32, f64,
     /// i32 and i64 only.
     fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError>;
+    /// [`Communicator::all_reduce_sum`] of the concatenation of `parts`,
+    /// written to `buf`: the parts are the bytes of consecutive runs of
+    /// `buf`'s elements (its dtype, `buf.len()` elements in all). A
+    /// program's flat gradient buffer is such a concatenation; a transport
+    /// that copies its buffer anyway (MPI's shared window) copies the parts
+    /// instead, so the concatenation is never written on its own. The
+    /// default concatenates into `buf`, then reduces it.
+    fn all_reduce_sum_parts(
+        &self,
+        parts: &[&[u8]],
+        buf: &mut HostBuffer,
+    ) -> Result<(), CollectiveError> {
+        concat_parts(parts, buf)?;
+        self.all_reduce_sum(buf)
+    }
     /// Replace `buf` on every rank by rank `root`'s (any dtype).
     fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> Result<(), CollectiveError>;
     /// Return once every rank has entered the barrier.
     fn barrier(&self) -> Result<(), CollectiveError>;
+}
+
+/// `buf = parts[0] ++ parts[1] ++ ...`, refusing parts whose bytes do
+/// not fill `buf` exactly.
+pub fn concat_parts(parts: &[&[u8]], buf: &mut HostBuffer) -> Result<(), CollectiveError> {
+    let bytes = buf.as_bytes_mut();
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    if total != bytes.len() {
+        return Err(CollectiveError::Parts {
+            bytes: total,
+            expected: bytes.len(),
+        });
+    }
+    let mut at = 0;
+    for part in parts {
+        bytes[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    Ok(())
 }
 
 /// Whether [`Communicator::all_reduce_sum`] sums `dtype`.

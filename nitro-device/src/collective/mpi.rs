@@ -509,23 +509,54 @@ impl MpiCommunicator {
     }
 }
 
-/// The bytes of any host buffer (every dtype is plain old data; bool is
-/// one byte 0/1, and only bytes another rank's bool buffer held arrive).
-fn bytes_of(buf: &mut HostBuffer) -> &mut [u8] {
-    fn raw<T>(v: &mut [T]) -> &mut [u8] {
-        // SAFETY: any initialised memory may be viewed as bytes; the
-        // length is the slice's size in bytes.
-        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
-    }
-    match buf {
-        HostBuffer::F32(v) => raw(v),
-        HostBuffer::F64(v) => raw(v),
-        HostBuffer::F16(v) => raw(v),
-        HostBuffer::BF16(v) => raw(v),
-        HostBuffer::I32(v) => raw(v),
-        HostBuffer::I64(v) => raw(v),
-        HostBuffer::U8(v) => v,
-        HostBuffer::Bool(v) => raw(v),
+impl MpiCommunicator {
+    /// The sum of every rank's `buf`, or of the concatenation of `parts`
+    /// where given (see [`Communicator::all_reduce_sum_parts`]): through
+    /// the shared window when the group has one, else by messages.
+    fn reduce(&self, buf: &mut HostBuffer, parts: Option<&[&[u8]]>) -> Result<(), CollectiveError> {
+        let op = "all_reduce_sum";
+        if !summable(buf.dtype()) {
+            return Err(CollectiveError::DType {
+                op,
+                dtype: buf.dtype(),
+            });
+        }
+        if let Some(parts) = parts {
+            let bytes: usize = parts.iter().map(|p| p.len()).sum();
+            if bytes != buf.len() * buf.dtype().size_of() {
+                return Err(CollectiveError::Parts {
+                    bytes,
+                    expected: buf.len() * buf.dtype().size_of(),
+                });
+            }
+        }
+        if self.world_size == 1 {
+            return parts.map_or(Ok(()), |p| super::concat_parts(p, buf));
+        }
+        self.guarded(op, || {
+            let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+            let done = match buf {
+                HostBuffer::F32(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
+                HostBuffer::F64(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
+                HostBuffer::I32(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
+                HostBuffer::I64(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
+                _ => unreachable!("checked summable above"),
+            };
+            if done {
+                return Ok(());
+            }
+            if let Some(parts) = parts {
+                super::concat_parts(parts, buf)?;
+            }
+            let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+            match buf {
+                HostBuffer::F32(v) => self.all_reduce(op, v, &mut s.f32),
+                HostBuffer::F64(v) => self.all_reduce(op, v, &mut s.f64),
+                HostBuffer::I32(v) => self.all_reduce(op, v, &mut s.i32),
+                HostBuffer::I64(v) => self.all_reduce(op, v, &mut s.i64),
+                _ => unreachable!("checked summable above"),
+            }
+        })
     }
 }
 
@@ -543,37 +574,15 @@ impl Communicator for MpiCommunicator {
     }
 
     fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError> {
-        if !summable(buf.dtype()) {
-            return Err(CollectiveError::DType {
-                op: "all_reduce_sum",
-                dtype: buf.dtype(),
-            });
-        }
-        if self.world_size == 1 {
-            return Ok(());
-        }
-        let op = "all_reduce_sum";
-        self.guarded(op, || {
-            let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
-            let done = match buf {
-                HostBuffer::F32(v) => self.shared_all_reduce(op, v, &mut shared)?,
-                HostBuffer::F64(v) => self.shared_all_reduce(op, v, &mut shared)?,
-                HostBuffer::I32(v) => self.shared_all_reduce(op, v, &mut shared)?,
-                HostBuffer::I64(v) => self.shared_all_reduce(op, v, &mut shared)?,
-                _ => unreachable!("checked summable above"),
-            };
-            if done {
-                return Ok(());
-            }
-            let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-            match buf {
-                HostBuffer::F32(v) => self.all_reduce(op, v, &mut s.f32),
-                HostBuffer::F64(v) => self.all_reduce(op, v, &mut s.f64),
-                HostBuffer::I32(v) => self.all_reduce(op, v, &mut s.i32),
-                HostBuffer::I64(v) => self.all_reduce(op, v, &mut s.i64),
-                _ => unreachable!("checked summable above"),
-            }
-        })
+        self.reduce(buf, None)
+    }
+
+    fn all_reduce_sum_parts(
+        &self,
+        parts: &[&[u8]],
+        buf: &mut HostBuffer,
+    ) -> Result<(), CollectiveError> {
+        self.reduce(buf, Some(parts))
     }
 
     fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> Result<(), CollectiveError> {
@@ -589,7 +598,9 @@ impl Communicator for MpiCommunicator {
         // A bool buffer must receive only 0/1 bytes: every rank passes the
         // same dtype (a length check would not see a dtype mismatch of
         // equal byte size, so it is the contract, as for MPI itself).
-        self.guarded("broadcast", || self.broadcast_bytes(bytes_of(buf), root))
+        self.guarded("broadcast", || {
+            self.broadcast_bytes(buf.as_bytes_mut(), root)
+        })
     }
 
     fn barrier(&self) -> Result<(), CollectiveError> {

@@ -197,10 +197,16 @@ impl MpiCommunicator {
     /// one: `Ok(true)` when done, `Ok(false)` when the caller must take the
     /// message path. Every rank makes the same choice (the same length,
     /// the same agreed state).
+    ///
+    /// This rank's contribution is `data`, or where `parts` are given their
+    /// concatenation (bytes of `data.len()` elements in all, checked by the
+    /// caller), copied into the window as they are; `data` then only
+    /// receives the sum.
     pub(super) fn shared_all_reduce<T: Summable>(
         &self,
         op: &'static str,
         data: &mut [T],
+        parts: Option<&[&[u8]]>,
         shared: &mut Shared,
     ) -> Result<bool, CollectiveError> {
         let bytes = std::mem::size_of_val(data);
@@ -223,18 +229,33 @@ impl MpiCommunicator {
             unreachable!("a window was just put in place")
         };
         let (me, n, which) = (self.rank, data.len(), (w.published & 1) as usize);
-        // SAFETY: this rank's half holds `bytes` >= n elements and no peer
-        // reads it now (see the module doc: two halves).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), w.part::<T>(me, which, n), n) };
+        let mine = w.part::<T>(me, which, n);
+        match parts {
+            // SAFETY: this rank's half holds `bytes` >= n elements and no
+            // peer reads it now (see the module doc: two halves); the
+            // parts' bytes add up to n elements (the caller checked).
+            Some(parts) => unsafe {
+                let mut at = mine.cast::<u8>();
+                for part in parts {
+                    std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                    at = at.add(part.len());
+                }
+            },
+            // SAFETY: as above.
+            None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), mine, n) },
+        }
         w.published += 1;
         // SAFETY: this rank's live segment.
         unsafe { published(w.segments[me]).store(w.published, Ordering::Release) };
         self.meet(op, w)?;
         let parts: Vec<Option<&[T]>> = (0..self.world_size)
             .map(|q| {
+                // This rank's own contribution is read from `data` where it
+                // is there (cache-warm), else from the window.
+                let own_in_data = q == me && parts.is_none();
                 // SAFETY: rank q published these n elements before the
                 // barrier, and writes them again only after the next one.
-                (q != me)
+                (!own_in_data)
                     .then(|| unsafe { std::slice::from_raw_parts(w.part::<T>(q, which, n), n) })
             })
             .collect();

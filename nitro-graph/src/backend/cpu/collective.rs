@@ -9,7 +9,8 @@
 //! argument is copied in once (or not at all when the plan gave the sum the
 //! dying argument's own slot) and the sum arrives in place. Otherwise
 //! ([`into_raw`]) a staging buffer is reduced and copied out, one more
-//! gradient-sized copy per call.
+//! gradient-sized copy per call. A concat folded into the all-reduce hands
+//! its parts over instead ([`parts_into_slot`]).
 
 use super::raw::Raw;
 use nitro_device::collective::{CollectiveError, Communicator};
@@ -35,6 +36,30 @@ pub(super) fn into_slot(
     match comm {
         Some(comm) => comm.all_reduce_sum(slot),
         None => Ok(()),
+    }
+}
+
+/// `slot = sum over ranks of (parts[0] ++ parts[1] ++ ...)`: a concat
+/// folded into its all-reduce. The communicator copies the parts to where
+/// it reduces them (a world of one: into the slot), so the concatenation
+/// is not written first. Parts are live buffers of the slot's dtype,
+/// `slot.len()` elements in all, none of them the slot.
+pub(super) fn parts_into_slot(
+    parts: &[Raw],
+    slot: &mut HostBuffer,
+    comm: Option<&dyn Communicator>,
+) -> Result<(), CollectiveError> {
+    summable(slot.dtype())?;
+    let bytes: Vec<&[u8]> = parts
+        .iter()
+        // SAFETY: each part is a live buffer of `len` elements of its
+        // dtype, not written while the collective runs (no other kernel
+        // runs), and not the slot (the plan's contract).
+        .map(|p| unsafe { std::slice::from_raw_parts(p.ptr::<u8>(), p.len * p.dtype.size_of()) })
+        .collect();
+    match comm {
+        Some(comm) => comm.all_reduce_sum_parts(&bytes, slot),
+        None => nitro_device::collective::concat_parts(&bytes, slot),
     }
 }
 

@@ -49,8 +49,12 @@ enum CpuKernel {
     /// A matmul and its epilogue group.
     Epilogue(NodeId, FusedKernel),
     /// An all-reduce: the one kernel that talks to other processes, and
-    /// the one that can fail at run time.
-    Collective(NodeId),
+    /// the one that can fail at run time. With a concat folded into it
+    /// (see [`folded_concat`]), the concat's parts go to the communicator
+    /// as they are.
+    Collective(NodeId, Option<NodeId>),
+    /// A concat the next kernel, its all-reduce, writes instead.
+    Folded(NodeId),
 }
 
 struct Workspace {
@@ -67,13 +71,20 @@ pub struct CpuExecutable {
 impl CpuExecutable {
     /// Lower a scheduled graph.
     pub fn new(graph: &Graph, schedule: &Schedule) -> CpuExecutable {
+        let folded = |k: usize| folded_concat(graph, schedule, k);
         let kernels = schedule
             .kernels
             .iter()
-            .map(|k| match k {
+            .enumerate()
+            .map(|(k, kernel)| match kernel {
                 Kernel::Fused(g) => CpuKernel::Fused(FusedKernel::new(graph, g)),
                 Kernel::Single(n) if matches!(graph.nodes[*n].op, Op::AllReduceSum { .. }) => {
-                    CpuKernel::Collective(*n)
+                    CpuKernel::Collective(*n, folded(k))
+                }
+                Kernel::Single(n)
+                    if k + 1 < schedule.kernels.len() && folded(k + 1) == Some(*n) =>
+                {
+                    CpuKernel::Folded(*n)
                 }
                 Kernel::Single(n) => CpuKernel::Single(*n),
                 Kernel::Conv { out, patches } => CpuKernel::Conv(*out, *patches),
@@ -112,7 +123,11 @@ impl CpuExecutable {
                         .map(|o| format!("%{o}"))
                         .collect::<Vec<_>>()
                 ),
-                CpuKernel::Single(n) | CpuKernel::Collective(n) => format!(
+                CpuKernel::Folded(n) => format!(
+                    "concat -> %{n}: {} (written by the all-reduce)",
+                    graph.nodes[*n].spec
+                ),
+                CpuKernel::Single(n) | CpuKernel::Collective(n, _) => format!(
                     "{} -> %{n}: {}",
                     graph.nodes[*n].op.name(),
                     graph.nodes[*n].spec
@@ -245,18 +260,36 @@ impl CpuExecutable {
                             window,
                         );
                     }
-                    CpuKernel::Collective(n) => {
-                        let (src, spec) = (raw(graph.nodes[*n].args[0]), &graph.nodes[*n].spec);
+                    CpuKernel::Folded(_) => {}
+                    CpuKernel::Collective(n, folded) => {
+                        let (src, spec) = (graph.nodes[*n].args[0], &graph.nodes[*n].spec);
                         match plan.storage[*n] {
                             // The slot is the buffer reduced: no staging copy.
                             Storage::Slot(s)
                                 if (ws.slots[s].dtype(), ws.slots[s].len())
                                     == (spec.dtype, spec.numel()) =>
                             {
-                                collective::into_slot(src, &mut ws.slots[s], comm)?;
+                                match folded {
+                                    Some(c) => {
+                                        let parts: Vec<Raw> = graph.nodes[*c]
+                                            .args
+                                            .iter()
+                                            .map(|&a| raw(a).sub(0, graph.nodes[a].spec.numel()))
+                                            .collect();
+                                        collective::parts_into_slot(&parts, &mut ws.slots[s], comm)?
+                                    }
+                                    None => {
+                                        collective::into_slot(raw(src), &mut ws.slots[s], comm)?
+                                    }
+                                }
                                 slot_raw[s].set(Raw::of(&mut ws.slots[s]));
                             }
-                            _ => collective::into_raw(src, raw(*n), comm)?,
+                            _ => {
+                                if let Some(c) = folded {
+                                    run_single(graph, *c, &raw);
+                                }
+                                collective::into_raw(raw(src), raw(*n), comm)?
+                            }
                         }
                     }
                 }
@@ -311,6 +344,32 @@ impl CpuExecutable {
             Storage::Virtual => unreachable!("outputs are always stored"),
         }
     }
+}
+
+/// The concat that all-reduce kernel `k` writes itself, if any: the
+/// kernel just before it, a 1-D concat that the all-reduce alone reads
+/// (the flat buffer of a data-parallel train step). Its parts then go to
+/// the communicator as they are, which copies them where it reduces (the
+/// shared window) instead of a concat writing the buffer first: one
+/// gradient-sized copy fewer per step. Only the adjacent kernel: the parts
+/// are read where the concat would have read them, before any later
+/// kernel reuses their buffers.
+fn folded_concat(graph: &Graph, schedule: &Schedule, k: usize) -> Option<NodeId> {
+    let Kernel::Single(n) = schedule.kernels.get(k)? else {
+        return None;
+    };
+    let Kernel::Single(c) = schedule.kernels.get(k.checked_sub(1)?)? else {
+        return None;
+    };
+    let (node, concat) = (&graph.nodes[*n], &graph.nodes[*c]);
+    let only_reader = graph.nodes.iter().filter(|m| m.args.contains(c)).count() == 1
+        && !graph.outputs.iter().any(|(_, o)| o == c);
+    (matches!(node.op, Op::AllReduceSum { .. })
+        && node.args[0] == *c
+        && matches!(concat.op, Op::Concat { axis: 0 })
+        && concat.spec.shape.len() == 1
+        && only_reader)
+        .then_some(*c)
 }
 
 fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {
