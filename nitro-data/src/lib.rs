@@ -65,6 +65,6 @@ pub use nitro_device::{DType, HostArray, PadFill};
 pub use order::{BatchSlot, EpochOrder, ShortBatch};
 pub use outputs::{slice_leaf, slice_outputs, OutputError, OutputTree};
 pub use pad::pad_to_width;
-pub use prefetch::Prefetch;
+pub use prefetch::{spare_cpu, Prefetch};
 pub use routing::{HookFields, HookRoute, RoutingError, RoutingPlan};
 pub use splits::{train_val_indices, train_val_split, Splits};

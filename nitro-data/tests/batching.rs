@@ -99,11 +99,21 @@ fn prefetch_yields_the_same_batches_in_order() {
         .until_epoch(3)
         .map(Result::unwrap)
         .collect();
-    let it = BatchIter::new(data, order, &["id", "x"])
-        .unwrap()
-        .until_epoch(3);
-    let pre: Vec<_> = Prefetch::new(it, 2).map(Result::unwrap).collect();
+    let it = || {
+        BatchIter::new(data.clone(), order, &["id", "x"])
+            .unwrap()
+            .until_epoch(3)
+    };
+    let pre: Vec<_> = Prefetch::new(it(), 2).map(Result::unwrap).collect();
     assert_eq!(plain, pre);
+    // On the consumer's thread: the same batches, no thread.
+    let inline = Prefetch::inline(it());
+    assert!(!inline.is_background());
+    assert_eq!(plain, inline.map(Result::unwrap).collect::<Vec<_>>());
+    // `auto` takes a thread exactly where the process may use two CPUs.
+    let auto = Prefetch::auto(it(), 2);
+    assert_eq!(auto.is_background(), nitro_data::spare_cpu());
+    assert_eq!(plain, auto.map(Result::unwrap).collect::<Vec<_>>());
 }
 
 #[test]

@@ -78,7 +78,8 @@ impl Dataset for TrainSplit {
 }
 
 /// The windows of `epoch` from batch position `first` on, gathered one
-/// window ahead on a background thread. Errors name a routed field the
+/// window ahead on a background thread (inline where the process has one
+/// CPU: see [`Prefetch::auto`]). Errors name a routed field the
 /// training split lacks.
 pub(crate) fn windows(
     splits: Arc<Splits>,
@@ -108,7 +109,7 @@ pub(crate) fn windows(
         .resume_at(epoch, first)
         .until_epoch(epoch + 1);
     let windows = Windows { items, spec };
-    Ok(Prefetch::new(windows, 1))
+    Ok(Prefetch::auto(windows, 1))
 }
 
 /// Groups a one-epoch batch stream into windows.
