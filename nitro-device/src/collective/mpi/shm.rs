@@ -6,28 +6,31 @@
 //! Why: on one machine the message path moves each chunk through MPI's
 //! transport twice (to its owner, and the owner's sum back to everyone)
 //! and synchronises in both phases. Here each rank copies its buffer once
-//! into its own segment of the window, the ranks meet at one non-blocking
-//! barrier (`MPI_Ibarrier`, polled under the group's timeout like every
-//! wait of the communicator), and every rank then sums all the segments
-//! itself. The sum is the same left fold in rank order as the message
-//! path's ([`sum_into_own`]), over the same bytes, so the result is bitwise
-//! equal on every rank and to the message path's. Each rank reads
-//! `world - 1` peer buffers, which is cheap for the few ranks one machine
-//! holds and what lets one barrier suffice.
+//! into its own segment of the window (or, for a program's flat gradient,
+//! the parts it would have been concatenated from), publishes it by
+//! raising a count at the head of its segment, waits until every rank's
+//! count shows this call, and then sums all the segments itself. The sum
+//! is the same left fold in rank order as the message path's
+//! ([`sum_into_own`]), over the same bytes, so the result is bitwise equal
+//! on every rank and to the message path's. Each rank reads `world - 1`
+//! peer buffers, which is cheap for the few ranks one machine holds and
+//! what lets one synchronisation suffice. On 2 ranks of an AMD EPYC (Zen
+//! 5) this all-reduce of a 0.8 MB gradient took 0.033 ms against 0.104 ms
+//! by messages.
 //!
 //! **Two halves per segment**, used by alternate calls: a rank writes call
 //! k+2's contribution over what its peers read in call k only after it
-//! passed call k+1's barrier, which no peer enters before it finished
-//! reading call k. So no second barrier guards the reads.
+//! saw every count at k+1, which no peer publishes before it finished
+//! reading call k. So no second synchronisation guards the reads.
 //!
-//! **A lost rank is named**: each segment starts with the count of
-//! contributions its rank has published; when the barrier times out, the
-//! ranks whose count lags this rank's are the lost ones.
+//! **A lost rank is named**: when the wait times out, the ranks whose
+//! count lags this rank's are the lost ones.
 //!
 //! **Memory model**: the window is locked for shared access for its whole
-//! life (`MPI_Win_lock_all`), and `MPI_Win_sync` orders this rank's stores
-//! before the barrier and its loads after it: the standard's idiom for
-//! load/store access to a shared window.
+//! life (`MPI_Win_lock_all`); the counts are stored with release and read
+//! with acquire ordering, and `MPI_Win_sync` orders this rank's stores to
+//! the window before its count and its loads after the wait: the
+//! standard's idiom for load/store access to a shared window.
 //!
 //! **Does not own**: the message path, which still serves groups spread
 //! over machines, buffers over [`MAX_BYTES`], and every rank when
