@@ -171,6 +171,24 @@ impl Window {
     }
 }
 
+/// Whether the shared-memory file system can take a window of `bytes`
+/// with as much again to spare. Open MPI backs the window with a file in
+/// `/dev/shm`; on a full tmpfs (containers often give it 64 MiB) the
+/// allocation succeeds and the first touch of a missing page kills the
+/// process with SIGBUS, so the ranks check before they allocate. Where
+/// there is no `/dev/shm` MPI picks another place and reports its own
+/// errors.
+fn shm_has_room(bytes: usize) -> bool {
+    // SAFETY: a zeroed statvfs is a valid out-parameter; the path is a
+    // NUL-terminated string.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) } != 0 {
+        return true;
+    }
+    let free = u128::from(st.f_bavail) * u128::from(st.f_frsize);
+    free >= 2 * bytes as u128
+}
+
 /// The published count at the start of a segment.
 ///
 /// # Safety
@@ -275,13 +293,22 @@ impl MpiCommunicator {
         old: Option<Window>,
         bytes: usize,
     ) -> Result<Option<Window>, CollectiveError> {
+        let half = bytes.next_power_of_two().max(MIN_HALF);
         // The allocation is a blocking collective: first check, under the
-        // timeout, that every rank is alive and here.
-        self.all_reduce::<i32>(op, &mut Vec::new(), &mut Vec::new())?;
+        // timeout, that every rank is alive and here, and has room for it.
+        let mut room = vec![i32::from(shm_has_room(
+            self.world_size * (HEADER + 2 * half),
+        ))];
+        self.all_reduce(op, &mut room, &mut Vec::new())?;
+        if room[0] as usize != self.world_size {
+            // The old window stays mapped, unused: freeing it is collective
+            // too, and the group takes the message path from now on.
+            std::mem::forget(old);
+            return Ok(None);
+        }
         if let Some(old) = old {
             old.free();
         }
-        let half = bytes.next_power_of_two().max(MIN_HALF);
         let window = Window::allocate(self, half);
         let mut agreed = vec![i32::from(window.is_ok())];
         self.all_reduce(op, &mut agreed, &mut Vec::new())?;
