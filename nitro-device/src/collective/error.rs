@@ -102,6 +102,14 @@ pub enum CollectiveError {
         /// The buffer's bytes.
         expected: usize,
     },
+    /// A staged all-reduce that does not match its staging.
+    #[error("rank {rank}: staged all_reduce_sum refused: {reason}")]
+    Staged {
+        /// This process's rank.
+        rank: usize,
+        /// What did not match.
+        reason: String,
+    },
     /// A broadcast root outside the world.
     #[error("broadcast root {root} is not a rank of a world of {world_size}")]
     Root {

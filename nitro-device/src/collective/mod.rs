@@ -100,10 +100,75 @@ pub trait Communicator: Send + Sync + std::fmt::Debug {
         concat_parts(parts, buf)?;
         self.all_reduce_sum(buf)
     }
+    /// Memory where this rank may write its contribution to its next
+    /// all-reduce (of `len` elements of `dtype`) in place, if the
+    /// transport has such memory (MPI's shared window on one machine): a
+    /// program computes its gradients straight into it, then calls
+    /// [`Communicator::all_reduce_sum_staged`], and the contribution is
+    /// never copied. `None` (the default): use the other calls. Every rank
+    /// makes the same calls (this one may be collective), and no other
+    /// collective of this communicator comes between the two.
+    fn stage(&self, dtype: DType, len: usize) -> Result<Option<Staged>, CollectiveError> {
+        let _ = (dtype, len);
+        Ok(None)
+    }
+    /// Sum every rank's contribution, written where [`Communicator::stage`]
+    /// said, into `buf` (of the staged dtype and length).
+    fn all_reduce_sum_staged(
+        &self,
+        staged: Staged,
+        buf: &mut HostBuffer,
+    ) -> Result<(), CollectiveError> {
+        let _ = buf;
+        Err(CollectiveError::Staged {
+            rank: self.rank(),
+            reason: format!(
+                "this communicator stages nothing, but got {} staged bytes",
+                staged.bytes
+            ),
+        })
+    }
     /// Replace `buf` on every rank by rank `root`'s (any dtype).
     fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> Result<(), CollectiveError>;
     /// Return once every rank has entered the barrier.
     fn barrier(&self) -> Result<(), CollectiveError>;
+}
+
+/// A contribution staged in a transport's own memory by
+/// [`Communicator::stage`]: write `bytes()` bytes at `ptr()`, then pass it
+/// to [`Communicator::all_reduce_sum_staged`].
+#[derive(Debug)]
+pub struct Staged {
+    ptr: *mut u8,
+    bytes: usize,
+    /// Which call of the communicator it is for (the transport's ticket).
+    call: u64,
+}
+
+// SAFETY: a Staged is an address in memory mapped for the whole process;
+// writing it from the threads of one program call is the point.
+unsafe impl Send for Staged {}
+// SAFETY: as for Send.
+unsafe impl Sync for Staged {}
+
+impl Staged {
+    /// A staging area of `bytes` bytes at `ptr` for the transport's call
+    /// `call`.
+    pub fn new(ptr: *mut u8, bytes: usize, call: u64) -> Staged {
+        Staged { ptr, bytes, call }
+    }
+    /// Where the contribution goes.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// Its size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    /// The transport's ticket: which of its calls this is for.
+    pub fn call(&self) -> u64 {
+        self.call
+    }
 }
 
 /// `buf = parts[0] ++ parts[1] ++ ...`, refusing parts whose bytes do

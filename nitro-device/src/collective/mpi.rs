@@ -26,12 +26,13 @@ mod exchange;
 mod shm;
 
 use super::order::{chunk_range, sum_into_own, Summable};
-use super::{summable, Backend, CollectiveError, Communicator, Launch};
-use crate::HostBuffer;
+use super::{summable, Backend, CollectiveError, Communicator, Launch, Staged};
+use crate::{DType, HostBuffer};
 use exchange::Exchange;
 use mpi::environment::{Threading, Universe};
 use mpi::ffi;
 use mpi::topology::Communicator as _;
+use shm::Contribution;
 use std::os::raw::c_int;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -339,10 +340,11 @@ impl MpiCommunicator {
 }
 
 impl MpiCommunicator {
-    /// The sum of every rank's `buf`, or of the concatenation of `parts`
-    /// where given (see [`Communicator::all_reduce_sum_parts`]): through
-    /// the shared window when the group has one, else by messages.
-    fn reduce(&self, buf: &mut HostBuffer, parts: Option<&[&[u8]]>) -> Result<(), CollectiveError> {
+    /// The sum of every rank's contribution into `buf`: `buf` itself, the
+    /// concatenation of parts (see [`Communicator::all_reduce_sum_parts`]),
+    /// or a staged one (see [`Communicator::stage`]); through the shared
+    /// window when the group has one, else by messages.
+    fn reduce(&self, buf: &mut HostBuffer, from: Contribution<'_>) -> Result<(), CollectiveError> {
         let op = "all_reduce_sum";
         if !summable(buf.dtype()) {
             return Err(CollectiveError::DType {
@@ -350,31 +352,35 @@ impl MpiCommunicator {
                 dtype: buf.dtype(),
             });
         }
-        if let Some(parts) = parts {
-            let bytes: usize = parts.iter().map(|p| p.len()).sum();
-            if bytes != buf.len() * buf.dtype().size_of() {
+        let bytes = buf.len() * buf.dtype().size_of();
+        if let Contribution::Parts(parts) = from {
+            let got: usize = parts.iter().map(|p| p.len()).sum();
+            if got != bytes {
                 return Err(CollectiveError::Parts {
-                    bytes,
-                    expected: buf.len() * buf.dtype().size_of(),
+                    bytes: got,
+                    expected: bytes,
                 });
             }
         }
         if self.world_size == 1 {
-            return parts.map_or(Ok(()), |p| super::concat_parts(p, buf));
+            return match from {
+                Contribution::Parts(parts) => super::concat_parts(parts, buf),
+                _ => Ok(()),
+            };
         }
         self.guarded(op, || {
             let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
             let done = match buf {
-                HostBuffer::F32(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
-                HostBuffer::F64(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
-                HostBuffer::I32(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
-                HostBuffer::I64(v) => self.shared_all_reduce(op, v, parts, &mut shared)?,
+                HostBuffer::F32(v) => self.shared_all_reduce(op, v, from, &mut shared)?,
+                HostBuffer::F64(v) => self.shared_all_reduce(op, v, from, &mut shared)?,
+                HostBuffer::I32(v) => self.shared_all_reduce(op, v, from, &mut shared)?,
+                HostBuffer::I64(v) => self.shared_all_reduce(op, v, from, &mut shared)?,
                 _ => unreachable!("checked summable above"),
             };
             if done {
                 return Ok(());
             }
-            if let Some(parts) = parts {
+            if let Contribution::Parts(parts) = from {
                 super::concat_parts(parts, buf)?;
             }
             let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
@@ -403,7 +409,7 @@ impl Communicator for MpiCommunicator {
     }
 
     fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError> {
-        self.reduce(buf, None)
+        self.reduce(buf, Contribution::Data)
     }
 
     fn all_reduce_sum_parts(
@@ -411,7 +417,36 @@ impl Communicator for MpiCommunicator {
         parts: &[&[u8]],
         buf: &mut HostBuffer,
     ) -> Result<(), CollectiveError> {
-        self.reduce(buf, Some(parts))
+        self.reduce(buf, Contribution::Parts(parts))
+    }
+
+    fn stage(&self, dtype: DType, len: usize) -> Result<Option<Staged>, CollectiveError> {
+        if !summable(dtype) || self.world_size == 1 {
+            return Ok(None);
+        }
+        let op = "all_reduce_sum";
+        let mut staged = None;
+        self.guarded(op, || {
+            let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+            staged = self.stage_shared(op, len * dtype.size_of(), &mut shared)?;
+            Ok(())
+        })?;
+        Ok(staged)
+    }
+
+    fn all_reduce_sum_staged(
+        &self,
+        staged: Staged,
+        buf: &mut HostBuffer,
+    ) -> Result<(), CollectiveError> {
+        let bytes = buf.len() * buf.dtype().size_of();
+        if staged.bytes() != bytes {
+            return Err(CollectiveError::Staged {
+                rank: self.rank,
+                reason: format!("{} bytes staged for a buffer of {bytes}", staged.bytes()),
+            });
+        }
+        self.reduce(buf, Contribution::Staged(staged.call()))
     }
 
     fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> Result<(), CollectiveError> {

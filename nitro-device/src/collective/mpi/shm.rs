@@ -39,7 +39,7 @@
 
 use super::{pause, MpiCommunicator};
 use crate::collective::order::{sum_into_own, Summable};
-use crate::collective::CollectiveError;
+use crate::collective::{CollectiveError, Staged};
 use mpi::ffi;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,6 +82,18 @@ impl Shared {
             Shared::Off
         }
     }
+}
+
+/// Where this rank's contribution to an all-reduce is when it starts.
+#[derive(Clone, Copy)]
+pub(super) enum Contribution<'a> {
+    /// In the buffer that receives the sum.
+    Data,
+    /// In these parts, in order (a program's flat gradient, never
+    /// concatenated on its own).
+    Parts(&'a [&'a [u8]]),
+    /// Already in this rank's half of the window, staged for this call.
+    Staged(u64),
 }
 
 /// A shared window: one segment per rank of `HEADER + 2 * half` bytes.
@@ -214,48 +226,80 @@ impl MpiCommunicator {
         Ok(())
     }
 
+    /// The window, grown to hold `bytes` per half if needed, or `None`
+    /// when this buffer takes the message path. Every rank makes the same
+    /// choice (the same length, the same agreed state).
+    fn window<'s>(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        shared: &'s mut Shared,
+    ) -> Result<Option<&'s mut Window>, CollectiveError> {
+        let grow = match shared {
+            Shared::Off => return Ok(None),
+            _ if bytes > MAX_BYTES => return Ok(None),
+            Shared::On(window) => window.as_ref().is_none_or(|w| w.half < bytes),
+        };
+        if grow {
+            let old = match shared {
+                Shared::On(window) => window.take(),
+                Shared::Off => None,
+            };
+            *shared = match self.grow(op, old, bytes)? {
+                Some(w) => Shared::On(Some(w)),
+                None => Shared::Off,
+            };
+        }
+        Ok(match shared {
+            Shared::On(Some(w)) => Some(w),
+            _ => None,
+        })
+    }
+
+    /// Where this rank writes its contribution of `bytes` to the next
+    /// all-reduce, if the group reduces through the window (see
+    /// [`crate::collective::Communicator::stage`]).
+    pub(super) fn stage_shared(
+        &self,
+        op: &'static str,
+        bytes: usize,
+        shared: &mut Shared,
+    ) -> Result<Option<Staged>, CollectiveError> {
+        let me = self.rank;
+        Ok(self.window(op, bytes, shared)?.map(|w| {
+            let which = (w.published & 1) as usize;
+            Staged::new(w.part::<u8>(me, which, bytes), bytes, w.published)
+        }))
+    }
+
     /// Sum `data` over the group through the window, if this group uses
     /// one: `Ok(true)` when done, `Ok(false)` when the caller must take the
-    /// message path. Every rank makes the same choice (the same length,
-    /// the same agreed state).
-    ///
-    /// This rank's contribution is `data`, or where `parts` are given their
-    /// concatenation (bytes of `data.len()` elements in all, checked by the
-    /// caller), copied into the window as they are; `data` then only
+    /// message path. This rank's contribution is where `from` says; `data`
     /// receives the sum.
     pub(super) fn shared_all_reduce<T: Summable>(
         &self,
         op: &'static str,
         data: &mut [T],
-        parts: Option<&[&[u8]]>,
+        from: Contribution<'_>,
         shared: &mut Shared,
     ) -> Result<bool, CollectiveError> {
-        let bytes = std::mem::size_of_val(data);
-        let Shared::On(window) = shared else {
-            return Ok(false);
-        };
-        if bytes > MAX_BYTES {
-            return Ok(false);
-        }
-        if window.as_ref().is_none_or(|w| w.half < bytes) {
-            match self.grow(op, window.take(), bytes)? {
-                Some(w) => *window = Some(w),
-                None => {
-                    *shared = Shared::Off;
-                    return Ok(false);
-                }
+        let (me, n) = (self.rank, data.len());
+        let Some(w) = self.window(op, std::mem::size_of_val(data), shared)? else {
+            if let Contribution::Staged(_) = from {
+                return Err(CollectiveError::Staged {
+                    rank: me,
+                    reason: "this group reduces by messages and stages nothing".into(),
+                });
             }
-        }
-        let Shared::On(Some(w)) = shared else {
-            unreachable!("a window was just put in place")
+            return Ok(false);
         };
-        let (me, n, which) = (self.rank, data.len(), (w.published & 1) as usize);
+        let which = (w.published & 1) as usize;
         let mine = w.part::<T>(me, which, n);
-        match parts {
-            // SAFETY: this rank's half holds `bytes` >= n elements and no
-            // peer reads it now (see the module doc: two halves); the
-            // parts' bytes add up to n elements (the caller checked).
-            Some(parts) => unsafe {
+        match from {
+            // SAFETY: this rank's half holds n elements and no peer reads
+            // it now (see the module doc: two halves); the parts' bytes add
+            // up to n elements (the caller checked).
+            Contribution::Parts(parts) => unsafe {
                 let mut at = mine.cast::<u8>();
                 for part in parts {
                     std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
@@ -263,7 +307,18 @@ impl MpiCommunicator {
                 }
             },
             // SAFETY: as above.
-            None => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), mine, n) },
+            Contribution::Data => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), mine, n) },
+            Contribution::Staged(call) if call == w.published => {}
+            Contribution::Staged(call) => {
+                return Err(CollectiveError::Staged {
+                    rank: me,
+                    reason: format!(
+                        "staged for call {call} of the window, but this is call {}: \
+                         another collective came between staging and reducing",
+                        w.published
+                    ),
+                })
+            }
         }
         w.published += 1;
         // SAFETY: this rank's live segment.
@@ -273,7 +328,7 @@ impl MpiCommunicator {
             .map(|q| {
                 // This rank's own contribution is read from `data` where it
                 // is there (cache-warm), else from the window.
-                let own_in_data = q == me && parts.is_none();
+                let own_in_data = q == me && matches!(from, Contribution::Data);
                 // SAFETY: rank q published these n elements before the
                 // barrier, and writes them again only after the next one.
                 (!own_in_data)
