@@ -567,3 +567,108 @@ fn a_flattening_concat_hands_its_parts_to_the_communicator() {
     let want: Vec<f32> = local.iter().map(|&x| x * 3.0).collect();
     assert_eq!(out[0].as_slice::<f32>().unwrap(), want.as_slice());
 }
+
+/// Rank 0 of two whose peer holds 1.0 everywhere, offering memory of its
+/// own for the contribution (as MPI's shared window does): the program
+/// must compute its parts straight into it.
+#[derive(Debug, Default)]
+struct OffersMemory {
+    memory: std::sync::Mutex<Vec<f32>>,
+    staged: AtomicUsize,
+}
+
+impl Communicator for OffersMemory {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn world_size(&self) -> usize {
+        2
+    }
+    fn backend(&self) -> Backend {
+        Backend::Single
+    }
+    fn all_reduce_sum(&self, _: &mut HostBuffer) -> Result<(), CollectiveError> {
+        panic!("a stageable contribution must be staged")
+    }
+    fn stage(
+        &self,
+        dtype: DType,
+        len: usize,
+    ) -> Result<Option<nitro_device::collective::Staged>, CollectiveError> {
+        assert_eq!(dtype, DType::F32);
+        let mut memory = self.memory.lock().unwrap();
+        // Poisoned, so that a part not computed into it shows.
+        *memory = vec![f32::NAN; len];
+        self.staged.fetch_add(1, Ordering::SeqCst);
+        let n = self.staged.load(Ordering::SeqCst) as u64;
+        Ok(Some(nitro_device::collective::Staged::new(
+            memory.as_mut_ptr().cast(),
+            len * 4,
+            n,
+        )))
+    }
+    fn all_reduce_sum_staged(
+        &self,
+        staged: nitro_device::collective::Staged,
+        buf: &mut HostBuffer,
+    ) -> Result<(), CollectiveError> {
+        assert_eq!(staged.call(), self.staged.load(Ordering::SeqCst) as u64);
+        let memory = self.memory.lock().unwrap();
+        let HostBuffer::F32(v) = buf else {
+            panic!("the test feeds f32")
+        };
+        for (x, m) in v.iter_mut().zip(memory.iter()) {
+            *x = m + 1.0;
+        }
+        Ok(())
+    }
+    fn broadcast(&self, _: &mut HostBuffer, _: usize) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+    fn barrier(&self) -> Result<(), CollectiveError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn gradients_are_computed_straight_into_memory_the_communicator_offers() {
+    // Each part is a value only the flattening concat reads: its kernel
+    // writes it into the communicator's memory, and nothing is copied.
+    let p = compile(
+        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2, 2]))],
+        CompileOptions::named("staged"),
+        |_, t| {
+            let ga = &t[0] * 2.0;
+            let gb = t[1].exp().reshape(&[4]);
+            let flat = nitro_graph::Tensor::concat(&[ga, gb], 0)?.all_reduce_sum(2);
+            let a = &t[0] - &(flat.narrow(0, 0, 3) * 0.5);
+            let b = &t[1] - &(flat.narrow(0, 3, 7).reshape(&[2, 2]) * 0.25);
+            Ok(vec![("a".into(), a), ("b".into(), b)])
+        },
+    )
+    .unwrap();
+    let (a0, b0) = ([1.0f32, -2.0, 0.5], [0.0f32, 1.0, -1.0, 2.0]);
+    let comm = OffersMemory::default();
+    for call in 1..=2 {
+        let out = p
+            .run_with(
+                &mut [
+                    Array::from_vec(&[3], a0.to_vec()).unwrap(),
+                    Array::from_vec(&[2, 2], b0.to_vec()).unwrap(),
+                ],
+                &comm,
+            )
+            .unwrap();
+        assert_eq!(comm.staged.load(Ordering::SeqCst), call);
+        let local: Vec<f32> = a0
+            .iter()
+            .map(|&x| 2.0 * x)
+            .chain(b0.iter().map(|&x| x.exp()))
+            .collect();
+        assert_eq!(*comm.memory.lock().unwrap(), local, "parts not computed in place");
+        let want_a: Vec<f32> = a0.iter().map(|&x| x - (2.0 * x + 1.0) * 0.5).collect();
+        let want_b: Vec<f32> = b0.iter().map(|&x| x - (x.exp() + 1.0) * 0.25).collect();
+        assert_eq!(out[0].as_slice::<f32>().unwrap(), want_a.as_slice());
+        assert_eq!(out[1].as_slice::<f32>().unwrap(), want_b.as_slice());
+    }
+}

@@ -33,6 +33,7 @@ pub use simd::simd_level;
 use crate::fusion::{strides_of, Kernel, Schedule};
 use crate::ir::{Graph, NodeId, Op};
 use crate::plan::{MemoryPlan, Storage};
+use collective::{Fold, Staging};
 use nitro_device::collective::{CollectiveError, Communicator};
 use nitro_device::HostArray as Array;
 use nitro_device::HostBuffer;
@@ -50,9 +51,9 @@ enum CpuKernel {
     Epilogue(NodeId, FusedKernel),
     /// An all-reduce: the one kernel that talks to other processes, and
     /// the one that can fail at run time. With a concat folded into it
-    /// (see [`folded_concat`]), the concat's parts go to the communicator
-    /// as they are.
-    Collective(NodeId, Option<NodeId>),
+    /// (see [`collective::fold`]), the concat's parts go to the
+    /// communicator as they are, or are computed straight into its memory.
+    Collective(NodeId, Option<Fold>),
     /// A concat the next kernel, its all-reduce, writes instead.
     Folded(NodeId),
 }
@@ -71,7 +72,7 @@ pub struct CpuExecutable {
 impl CpuExecutable {
     /// Lower a scheduled graph.
     pub fn new(graph: &Graph, schedule: &Schedule) -> CpuExecutable {
-        let folded = |k: usize| folded_concat(graph, schedule, k);
+        let folded = |k: usize| collective::fold(graph, schedule, k);
         let kernels = schedule
             .kernels
             .iter()
@@ -81,9 +82,7 @@ impl CpuExecutable {
                 Kernel::Single(n) if matches!(graph.nodes[*n].op, Op::AllReduceSum { .. }) => {
                     CpuKernel::Collective(*n, folded(k))
                 }
-                Kernel::Single(n)
-                    if k + 1 < schedule.kernels.len() && folded(k + 1) == Some(*n) =>
-                {
+                Kernel::Single(n) if folded(k + 1).is_some_and(|f| f.concat == *n) => {
                     CpuKernel::Folded(*n)
                 }
                 Kernel::Single(n) => CpuKernel::Single(*n),
@@ -208,14 +207,28 @@ impl CpuExecutable {
             let slot_raw: Vec<Cell<Raw>> =
                 ws.slots.iter_mut().map(|b| Cell::new(Raw::of(b))).collect();
             let lit_raw: Vec<Raw> = ws.literals.iter_mut().map(Raw::of).collect();
-            let raw = |n: NodeId| match plan.storage[n] {
-                Storage::Input(i) => input_raw[i],
-                Storage::Literal(i) => lit_raw[i],
-                Storage::Slot(i) => slot_raw[i].get(),
-                Storage::Virtual => unreachable!("node %{n} read but never stored"),
+            // A data-parallel step's gradients computed straight into the
+            // communicator's memory, where it offers some (see
+            // `collective::stage`): the parts' producers write there.
+            let mut staged = match comm {
+                Some(comm) => self.stage(graph, plan, ws, comm)?,
+                None => None,
+            };
+            let redirected: Vec<(NodeId, Raw)> =
+                staged.as_ref().map_or(vec![], |s| s.parts.clone());
+            let raw = |n: NodeId| {
+                if let Some(&(_, r)) = redirected.iter().find(|(m, _)| *m == n) {
+                    return r;
+                }
+                match plan.storage[n] {
+                    Storage::Input(i) => input_raw[i],
+                    Storage::Literal(i) => lit_raw[i],
+                    Storage::Slot(i) => slot_raw[i].get(),
+                    Storage::Virtual => unreachable!("node %{n} read but never stored"),
+                }
             };
             let raws = |nodes: &[NodeId]| nodes.iter().map(|&n| raw(n)).collect::<Vec<Raw>>();
-            for kernel in &self.kernels {
+            for (k, kernel) in self.kernels.iter().enumerate() {
                 let start = times.as_ref().map(|_| std::time::Instant::now());
                 match kernel {
                     CpuKernel::Fused(f) => {
@@ -269,24 +282,24 @@ impl CpuExecutable {
                                 if (ws.slots[s].dtype(), ws.slots[s].len())
                                     == (spec.dtype, spec.numel()) =>
                             {
-                                match folded {
-                                    Some(c) => {
-                                        let parts: Vec<Raw> = graph.nodes[*c]
+                                let slot = &mut ws.slots[s];
+                                match (folded, staged.take_if(|st| st.kernel == k)) {
+                                    (_, Some(st)) => collective::staged_into_slot(st, slot, comm)?,
+                                    (Some(f), None) => {
+                                        let parts: Vec<Raw> = graph.nodes[f.concat]
                                             .args
                                             .iter()
                                             .map(|&a| raw(a).sub(0, graph.nodes[a].spec.numel()))
                                             .collect();
-                                        collective::parts_into_slot(&parts, &mut ws.slots[s], comm)?
+                                        collective::parts_into_slot(&parts, slot, comm)?
                                     }
-                                    None => {
-                                        collective::into_slot(raw(src), &mut ws.slots[s], comm)?
-                                    }
+                                    (None, None) => collective::into_slot(raw(src), slot, comm)?,
                                 }
                                 slot_raw[s].set(Raw::of(&mut ws.slots[s]));
                             }
                             _ => {
-                                if let Some(c) = folded {
-                                    run_single(graph, *c, &raw);
+                                if let Some(f) = folded {
+                                    run_single(graph, f.concat, &raw);
                                 }
                                 collective::into_raw(raw(src), raw(*n), comm)?
                             }
@@ -336,6 +349,31 @@ impl CpuExecutable {
             .collect())
     }
 
+    /// The first folded all-reduce's contribution staged in `comm`'s
+    /// memory, where the communicator offers some and the plan allows it
+    /// (its sum has a slot of its own size).
+    fn stage(
+        &self,
+        graph: &Graph,
+        plan: &MemoryPlan,
+        ws: &Workspace,
+        comm: &dyn Communicator,
+    ) -> Result<Option<Staging>, CollectiveError> {
+        let Some((kernel, n, fold)) = self.kernels.iter().enumerate().find_map(|(k, c)| match c {
+            CpuKernel::Collective(n, Some(f)) => Some((k, *n, f)),
+            _ => None,
+        }) else {
+            return Ok(None);
+        };
+        let spec = &graph.nodes[n].spec;
+        let own_slot = matches!(plan.storage[n], Storage::Slot(s)
+            if (ws.slots[s].dtype(), ws.slots[s].len()) == (spec.dtype, spec.numel()));
+        if !own_slot {
+            return Ok(None);
+        }
+        collective::stage(graph, plan, n, fold, comm, kernel)
+    }
+
     fn read<'a>(&self, storage: Storage, inputs: &'a [Array], ws: &'a Workspace) -> &'a HostBuffer {
         match storage {
             Storage::Input(i) => inputs[i].data(),
@@ -344,32 +382,6 @@ impl CpuExecutable {
             Storage::Virtual => unreachable!("outputs are always stored"),
         }
     }
-}
-
-/// The concat that all-reduce kernel `k` writes itself, if any: the
-/// kernel just before it, a 1-D concat that the all-reduce alone reads
-/// (the flat buffer of a data-parallel train step). Its parts then go to
-/// the communicator as they are, which copies them where it reduces (the
-/// shared window) instead of a concat writing the buffer first: one
-/// gradient-sized copy fewer per step. Only the adjacent kernel: the parts
-/// are read where the concat would have read them, before any later
-/// kernel reuses their buffers.
-fn folded_concat(graph: &Graph, schedule: &Schedule, k: usize) -> Option<NodeId> {
-    let Kernel::Single(n) = schedule.kernels.get(k)? else {
-        return None;
-    };
-    let Kernel::Single(c) = schedule.kernels.get(k.checked_sub(1)?)? else {
-        return None;
-    };
-    let (node, concat) = (&graph.nodes[*n], &graph.nodes[*c]);
-    let only_reader = graph.nodes.iter().filter(|m| m.args.contains(c)).count() == 1
-        && !graph.outputs.iter().any(|(_, o)| o == c);
-    (matches!(node.op, Op::AllReduceSum { .. })
-        && node.args[0] == *c
-        && matches!(concat.op, Op::Concat { axis: 0 })
-        && concat.spec.shape.len() == 1
-        && only_reader)
-        .then_some(*c)
 }
 
 fn run_single(graph: &Graph, n: NodeId, raw: &dyn Fn(NodeId) -> Raw) {

@@ -75,6 +75,15 @@ impl Raw {
         unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut T, self.len) }
     }
 
+    /// A view of `len` elements of `dtype` at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` elements of `dtype` that stay valid for
+    /// the program call the view is used in.
+    pub unsafe fn from_ptr(ptr: *mut u8, dtype: DType, len: usize) -> Raw {
+        Raw { ptr, dtype, len }
+    }
+
     /// Pointer to element `i` as `*mut T`.
     pub fn ptr<T>(self) -> *mut T {
         self.ptr as *mut T
