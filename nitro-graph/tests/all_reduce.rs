@@ -635,7 +635,10 @@ fn gradients_are_computed_straight_into_memory_the_communicator_offers() {
     // Each part is a value only the flattening concat reads: its kernel
     // writes it into the communicator's memory, and nothing is copied.
     let p = compile(
-        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2, 2]))],
+        &[
+            ("a", TensorSpec::f32(&[3])),
+            ("b", TensorSpec::f32(&[2, 2])),
+        ],
         CompileOptions::named("staged"),
         |_, t| {
             let ga = &t[0] * 2.0;
@@ -665,7 +668,11 @@ fn gradients_are_computed_straight_into_memory_the_communicator_offers() {
             .map(|&x| 2.0 * x)
             .chain(b0.iter().map(|&x| x.exp()))
             .collect();
-        assert_eq!(*comm.memory.lock().unwrap(), local, "parts not computed in place");
+        assert_eq!(
+            *comm.memory.lock().unwrap(),
+            local,
+            "parts not computed in place"
+        );
         let want_a: Vec<f32> = a0.iter().map(|&x| x - (2.0 * x + 1.0) * 0.5).collect();
         let want_b: Vec<f32> = b0.iter().map(|&x| x - (x.exp() + 1.0) * 0.25).collect();
         assert_eq!(out[0].as_slice::<f32>().unwrap(), want_a.as_slice());

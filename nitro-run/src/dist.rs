@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nitro_device::collective::{Backend, CollectiveError, Communicator, Launch, ProcessGroup};
+use nitro_device::collective::{
+    Backend, CollectiveError, Communicator, Launch, ProcessGroup, Staged,
+};
 use nitro_graph::HostBuffer;
 
 use crate::error::{Result, RunError};
@@ -55,11 +57,30 @@ impl Communicator for Timed {
         self.inner.backend()
     }
     fn all_reduce_sum(&self, buf: &mut HostBuffer) -> std::result::Result<(), CollectiveError> {
-        let t0 = Instant::now();
-        let r = self.inner.all_reduce_sum(buf);
-        self.nanos
-            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        r
+        self.timed(|| self.inner.all_reduce_sum(buf))
+    }
+    // Every call is forwarded, not left to the trait's defaults: those
+    // would turn the group's one-copy paths back into concatenate-and-copy.
+    fn all_reduce_sum_parts(
+        &self,
+        parts: &[&[u8]],
+        buf: &mut HostBuffer,
+    ) -> std::result::Result<(), CollectiveError> {
+        self.timed(|| self.inner.all_reduce_sum_parts(parts, buf))
+    }
+    fn stage(
+        &self,
+        dtype: nitro_graph::DType,
+        len: usize,
+    ) -> std::result::Result<Option<Staged>, CollectiveError> {
+        self.inner.stage(dtype, len)
+    }
+    fn all_reduce_sum_staged(
+        &self,
+        staged: Staged,
+        buf: &mut HostBuffer,
+    ) -> std::result::Result<(), CollectiveError> {
+        self.timed(|| self.inner.all_reduce_sum_staged(staged, buf))
     }
     fn broadcast(
         &self,
@@ -70,6 +91,16 @@ impl Communicator for Timed {
     }
     fn barrier(&self) -> std::result::Result<(), CollectiveError> {
         self.inner.barrier()
+    }
+}
+
+impl Timed {
+    fn timed<T>(&self, call: impl FnOnce() -> T) -> T {
+        let t0 = Instant::now();
+        let r = call();
+        self.nanos
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        r
     }
 }
 
@@ -318,6 +349,83 @@ mod tests {
         assert!(v[1].is_sign_negative());
         assert_eq!(d.broadcast_text("test", "run/ckpt").unwrap(), "run/ckpt");
         d.barrier("test").unwrap();
+    }
+
+    /// A group that stages: what the timing wrapper must pass through.
+    #[derive(Debug, Default)]
+    struct Stages {
+        calls: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    impl Communicator for Stages {
+        fn rank(&self) -> usize {
+            0
+        }
+        fn world_size(&self) -> usize {
+            2
+        }
+        fn backend(&self) -> Backend {
+            Backend::Mpi
+        }
+        fn all_reduce_sum(&self, _: &mut HostBuffer) -> std::result::Result<(), CollectiveError> {
+            self.calls.lock().unwrap().push("all_reduce_sum");
+            Ok(())
+        }
+        fn all_reduce_sum_parts(
+            &self,
+            _: &[&[u8]],
+            _: &mut HostBuffer,
+        ) -> std::result::Result<(), CollectiveError> {
+            self.calls.lock().unwrap().push("parts");
+            Ok(())
+        }
+        fn stage(
+            &self,
+            _: nitro_graph::DType,
+            _: usize,
+        ) -> std::result::Result<Option<Staged>, CollectiveError> {
+            self.calls.lock().unwrap().push("stage");
+            Ok(Some(Staged::new(std::ptr::null_mut(), 0, 7)))
+        }
+        fn all_reduce_sum_staged(
+            &self,
+            staged: Staged,
+            _: &mut HostBuffer,
+        ) -> std::result::Result<(), CollectiveError> {
+            assert_eq!(staged.call(), 7);
+            self.calls.lock().unwrap().push("staged");
+            Ok(())
+        }
+        fn broadcast(
+            &self,
+            _: &mut HostBuffer,
+            _: usize,
+        ) -> std::result::Result<(), CollectiveError> {
+            Ok(())
+        }
+        fn barrier(&self) -> std::result::Result<(), CollectiveError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_timed_communicator_passes_every_path_through() {
+        // The trait's defaults would turn a staged or parts all-reduce into
+        // concatenate-and-copy behind the group's back.
+        let inner = Arc::new(Stages::default());
+        let timed = Timed {
+            inner: inner.clone(),
+            nanos: AtomicU64::new(0),
+        };
+        let mut buf = HostBuffer::F32(vec![]);
+        timed.all_reduce_sum_parts(&[], &mut buf).unwrap();
+        let staged = timed.stage(nitro_graph::DType::F32, 0).unwrap().unwrap();
+        timed.all_reduce_sum_staged(staged, &mut buf).unwrap();
+        timed.all_reduce_sum(&mut buf).unwrap();
+        assert_eq!(
+            *inner.calls.lock().unwrap(),
+            ["parts", "stage", "staged", "all_reduce_sum"]
+        );
     }
 
     #[test]
