@@ -587,8 +587,12 @@ impl Communicator for OffersMemory {
     fn backend(&self) -> Backend {
         Backend::Single
     }
-    fn all_reduce_sum(&self, _: &mut HostBuffer) -> Result<(), CollectiveError> {
-        panic!("a stageable contribution must be staged")
+    fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError> {
+        let HostBuffer::F32(v) = buf else {
+            panic!("the test feeds f32")
+        };
+        v.iter_mut().for_each(|x| *x += 1.0);
+        Ok(())
     }
     fn stage(
         &self,
@@ -678,4 +682,43 @@ fn gradients_are_computed_straight_into_memory_the_communicator_offers() {
         assert_eq!(out[0].as_slice::<f32>().unwrap(), want_a.as_slice());
         assert_eq!(out[1].as_slice::<f32>().unwrap(), want_b.as_slice());
     }
+}
+
+#[test]
+fn a_flat_all_reduce_after_another_one_is_not_staged() {
+    // Staging happens before the call's first kernel; with another
+    // collective first, the staged memory would be that one's to use, so
+    // the flat buffer's parts are handed over instead.
+    let p = compile(
+        &[("a", TensorSpec::f32(&[3])), ("b", TensorSpec::f32(&[2]))],
+        CompileOptions::named("two"),
+        |_, t| {
+            let scale = t[1].all_reduce_sum(2);
+            let flat = nitro_graph::Tensor::concat(&[&t[0] * 2.0, t[1].exp()], 0)?;
+            Ok(vec![
+                ("s".into(), flat.all_reduce_sum(2)),
+                ("scale".into(), scale),
+            ])
+        },
+    )
+    .unwrap();
+    let comm = OffersMemory::default();
+    let (a, b) = ([1.0f32, -2.0, 0.5], [0.0f32, 1.0]);
+    let out = p
+        .run_with(
+            &mut [
+                Array::from_vec(&[3], a.to_vec()).unwrap(),
+                Array::from_vec(&[2], b.to_vec()).unwrap(),
+            ],
+            &comm,
+        )
+        .unwrap();
+    assert_eq!(comm.staged.load(Ordering::SeqCst), 0);
+    let want: Vec<f32> = a
+        .iter()
+        .map(|&x| 2.0 * x + 1.0)
+        .chain(b.iter().map(|&x| x.exp() + 1.0))
+        .collect();
+    assert_eq!(out[0].as_slice::<f32>().unwrap(), want.as_slice());
+    assert_eq!(out[1].as_slice::<f32>().unwrap(), &[1.0, 2.0]);
 }

@@ -349,9 +349,11 @@ impl CpuExecutable {
             .collect())
     }
 
-    /// The first folded all-reduce's contribution staged in `comm`'s
-    /// memory, where the communicator offers some and the plan allows it
-    /// (its sum has a slot of its own size).
+    /// The program's first all-reduce's contribution staged in `comm`'s
+    /// memory, where it is a folded concat, the communicator offers memory
+    /// and the plan allows it (the sum has a slot of its own size). Only
+    /// the first: no other collective may come between staging and
+    /// reducing.
     fn stage(
         &self,
         graph: &Graph,
@@ -359,10 +361,11 @@ impl CpuExecutable {
         ws: &Workspace,
         comm: &dyn Communicator,
     ) -> Result<Option<Staging>, CollectiveError> {
-        let Some((kernel, n, fold)) = self.kernels.iter().enumerate().find_map(|(k, c)| match c {
-            CpuKernel::Collective(n, Some(f)) => Some((k, *n, f)),
+        let first = self.kernels.iter().enumerate().find_map(|(k, c)| match c {
+            CpuKernel::Collective(n, fold) => Some((k, *n, fold.as_ref())),
             _ => None,
-        }) else {
+        });
+        let Some((kernel, n, Some(fold))) = first else {
             return Ok(None);
         };
         let spec = &graph.nodes[n].spec;
