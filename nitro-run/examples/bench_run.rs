@@ -290,7 +290,7 @@ struct Figures {
 }
 
 /// Adjacent (1-rank, 2-rank) run pairs of `ddp_throughput`.
-const PAIRS: usize = 5;
+const PAIRS: usize = 9;
 
 /// `ddp_throughput`: the worker as 2 ranks x 1 thread (`mpirun -n 2`)
 /// against 1 rank x 1 thread, alternated [`PAIRS`] times; the samples/s
