@@ -475,6 +475,15 @@ fn the_sum_takes_a_dying_argument_s_buffer_and_never_one_read_later() {
     assert_eq!(comm.calls.load(Ordering::SeqCst), calls + 1);
 }
 
+/// What a peer holding 1.0 everywhere adds to this rank's f32 `buf`.
+fn add_peer_ones(buf: &mut HostBuffer) -> Result<(), CollectiveError> {
+    let HostBuffer::F32(v) = buf else {
+        panic!("the test feeds f32")
+    };
+    v.iter_mut().for_each(|x| *x += 1.0);
+    Ok(())
+}
+
 /// Rank 0 of two whose peer holds 1.0 everywhere, recording the parts a
 /// concatenated all-reduce hands over.
 #[derive(Debug, Default)]
@@ -502,11 +511,7 @@ impl Communicator for SeesParts {
     ) -> Result<(), CollectiveError> {
         *self.parts.lock().unwrap() = parts.iter().map(|p| p.len()).collect();
         nitro_device::collective::concat_parts(parts, buf)?;
-        let HostBuffer::F32(v) = buf else {
-            panic!("the test feeds f32")
-        };
-        v.iter_mut().for_each(|x| *x += 1.0);
-        Ok(())
+        add_peer_ones(buf)
     }
     fn broadcast(&self, _: &mut HostBuffer, _: usize) -> Result<(), CollectiveError> {
         Ok(())
@@ -588,11 +593,7 @@ impl Communicator for OffersMemory {
         Backend::Single
     }
     fn all_reduce_sum(&self, buf: &mut HostBuffer) -> Result<(), CollectiveError> {
-        let HostBuffer::F32(v) = buf else {
-            panic!("the test feeds f32")
-        };
-        v.iter_mut().for_each(|x| *x += 1.0);
-        Ok(())
+        add_peer_ones(buf)
     }
     fn stage(
         &self,
@@ -617,14 +618,8 @@ impl Communicator for OffersMemory {
         buf: &mut HostBuffer,
     ) -> Result<(), CollectiveError> {
         assert_eq!(staged.call(), self.staged.load(Ordering::SeqCst) as u64);
-        let memory = self.memory.lock().unwrap();
-        let HostBuffer::F32(v) = buf else {
-            panic!("the test feeds f32")
-        };
-        for (x, m) in v.iter_mut().zip(memory.iter()) {
-            *x = m + 1.0;
-        }
-        Ok(())
+        *buf = HostBuffer::F32(self.memory.lock().unwrap().clone());
+        add_peer_ones(buf)
     }
     fn broadcast(&self, _: &mut HostBuffer, _: usize) -> Result<(), CollectiveError> {
         Ok(())

@@ -66,30 +66,19 @@ impl<'c> Exchange<'c> {
         tag: c_int,
     ) -> Result<(), CollectiveError> {
         let count = self.count(data.len())?;
-        // SAFETY: a null request is the documented initial value.
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
         // SAFETY: `data` is valid for `count` elements of T's datatype and
         // outlives the request (the caller's contract).
-        let code = unsafe {
+        self.post(peer, None, |comm, request| unsafe {
             ffi::MPI_Isend(
                 data.as_ptr() as *const c_void,
                 count,
                 T::datatype(),
                 peer as c_int,
                 tag,
-                self.comm.comm,
-                &mut request,
+                comm,
+                request,
             )
-        };
-        if code != ffi::MPI_SUCCESS as c_int {
-            return Err(self.mpi_error(code, Some(peer)));
-        }
-        self.pending.push(Pending {
-            request,
-            peer,
-            expect: None,
-        });
-        Ok(())
+        })
     }
 
     /// Post a receive of exactly `data.len()` elements from `peer`.
@@ -104,28 +93,40 @@ impl<'c> Exchange<'c> {
         tag: c_int,
     ) -> Result<(), CollectiveError> {
         let count = self.count(data.len())?;
-        // SAFETY: a null request is the documented initial value.
-        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let expect = Some(data.len());
         // SAFETY: `data` is valid for writes of `count` elements and
         // outlives the request (the caller's contract).
-        let code = unsafe {
+        self.post(peer, expect, |comm, request| unsafe {
             ffi::MPI_Irecv(
                 data.as_mut_ptr() as *mut c_void,
                 count,
                 T::datatype(),
                 peer as c_int,
                 tag,
-                self.comm.comm,
-                &mut request,
+                comm,
+                request,
             )
-        };
+        })
+    }
+
+    /// Post one message with `start` (MPI_Isend or MPI_Irecv on the
+    /// group's communicator, filling the request) and keep it pending.
+    fn post(
+        &mut self,
+        peer: usize,
+        expect: Option<usize>,
+        start: impl FnOnce(ffi::MPI_Comm, *mut ffi::MPI_Request) -> c_int,
+    ) -> Result<(), CollectiveError> {
+        // SAFETY: a null request is the documented initial value.
+        let mut request = unsafe { ffi::RSMPI_REQUEST_NULL };
+        let code = start(self.comm.comm, &mut request);
         if code != ffi::MPI_SUCCESS as c_int {
             return Err(self.mpi_error(code, Some(peer)));
         }
         self.pending.push(Pending {
             request,
             peer,
-            expect: Some(data.len()),
+            expect,
         });
         Ok(())
     }
