@@ -131,6 +131,7 @@ fn check_sum(n: usize, shm: bool) {
             ("bcast", bcast.clone()),
             ("big", big.clone()),
             ("big2", big2.clone()),
+            ("staged", big.clone()),
         ] {
             let line = format!("{kind} {want}");
             assert!(

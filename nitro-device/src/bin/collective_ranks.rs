@@ -12,7 +12,7 @@
 mod rank_data;
 
 use nitro_device::collective::ProcessGroup;
-use nitro_device::HostBuffer;
+use nitro_device::{DType, HostBuffer};
 use rank_data::{rank_value, BIG, LEN};
 use std::fmt::Write as _;
 
@@ -64,6 +64,25 @@ fn run(group: &ProcessGroup, mode: &str, arg: &str) -> Result<(), String> {
             .collect::<Vec<_>>(),
     );
     group.all_reduce_sum(&mut big2).map_err(err)?;
+    // The same sum with the contribution written straight into the
+    // transport's memory where it offers some (the shared window).
+    let comm = group.communicator();
+    let values: Vec<f64> = (0..BIG).map(|i| rank_value(r, i)).collect();
+    let mut staged_sum = HostBuffer::from(vec![0.0f64; BIG]);
+    match comm.stage(DType::F64, BIG).map_err(err)? {
+        Some(staged) => {
+            // SAFETY: the staged memory holds BIG f64s until the reduce.
+            unsafe {
+                std::ptr::copy_nonoverlapping(values.as_ptr(), staged.ptr().cast::<f64>(), BIG)
+            };
+            comm.all_reduce_sum_staged(staged, &mut staged_sum)
+                .map_err(err)?;
+        }
+        None => {
+            staged_sum = HostBuffer::from(values);
+            comm.all_reduce_sum(&mut staged_sum).map_err(err)?;
+        }
+    }
     let root = group.world_size() - 1;
     let mut b = HostBuffer::from(vec![r as f64; 5]);
     group.broadcast(&mut b, root).map_err(err)?;
@@ -75,18 +94,20 @@ fn run(group: &ProcessGroup, mode: &str, arg: &str) -> Result<(), String> {
         HostBuffer::F64(b),
         HostBuffer::F64(g),
         HostBuffer::F64(g2),
-    ) = (&f32s, &f64s, &i64s, &b, &big, &big2)
+        HostBuffer::F64(st),
+    ) = (&f32s, &f64s, &i64s, &b, &big, &big2, &staged_sum)
     else {
         return Err("a collective changed a buffer's dtype".into());
     };
     let report = format!(
-        "f32 {}\nf64 {}\ni64 {}\nbcast {}\nbig {}\nbig2 {}\n",
+        "f32 {}\nf64 {}\ni64 {}\nbcast {}\nbig {}\nbig2 {}\nstaged {}\n",
         hex(a, |x| x.to_bits() as u64),
         hex(d, f64::to_bits),
         hex(n, |x| x as u64),
         hex(b, f64::to_bits),
         hex(g, f64::to_bits),
-        hex(g2, f64::to_bits)
+        hex(g2, f64::to_bits),
+        hex(st, f64::to_bits)
     );
     let path = std::path::Path::new(arg).join(format!("rank{r}.txt"));
     std::fs::write(&path, report).map_err(|e| format!("writing {}: {e}", path.display()))

@@ -446,7 +446,13 @@ impl Communicator for MpiCommunicator {
                 reason: format!("{} bytes staged for a buffer of {bytes}", staged.bytes()),
             });
         }
-        self.reduce(buf, Contribution::Staged(staged.call()))
+        self.reduce(
+            buf,
+            Contribution::Staged {
+                call: staged.call(),
+                at: staged.ptr(),
+            },
+        )
     }
 
     fn broadcast(&self, buf: &mut HostBuffer, root: usize) -> Result<(), CollectiveError> {

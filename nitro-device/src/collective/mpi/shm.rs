@@ -92,8 +92,9 @@ pub(super) enum Contribution<'a> {
     /// In these parts, in order (a program's flat gradient, never
     /// concatenated on its own).
     Parts(&'a [&'a [u8]]),
-    /// Already in this rank's half of the window, staged for this call.
-    Staged(u64),
+    /// Already in this rank's half of the window, staged for this call
+    /// (`call`) at `at`.
+    Staged { call: u64, at: *mut u8 },
 }
 
 /// A shared window: one segment per rank of `HEADER + 2 * half` bytes.
@@ -162,7 +163,8 @@ impl Window {
             segments.push(at);
         }
         // The count starts at zero in this rank's own segment (the peers
-        // read it only after a barrier this rank enters later).
+        // read it only after the agreement that follows the allocation,
+        // which this rank enters after this store).
         // SAFETY: the header is this rank's, 8-byte aligned (MPI aligns
         // segments at least to that), and no other rank writes it.
         unsafe { published(segments[comm.rank]).store(0, Ordering::Release) };
@@ -285,7 +287,7 @@ impl MpiCommunicator {
     ) -> Result<bool, CollectiveError> {
         let (me, n) = (self.rank, data.len());
         let Some(w) = self.window(op, std::mem::size_of_val(data), shared)? else {
-            if let Contribution::Staged(_) = from {
+            if let Contribution::Staged { .. } = from {
                 return Err(CollectiveError::Staged {
                     rank: me,
                     reason: "this group reduces by messages and stages nothing".into(),
@@ -308,13 +310,14 @@ impl MpiCommunicator {
             },
             // SAFETY: as above.
             Contribution::Data => unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), mine, n) },
-            Contribution::Staged(call) if call == w.published => {}
-            Contribution::Staged(call) => {
+            Contribution::Staged { call, at } if (call, at) == (w.published, mine.cast()) => {}
+            Contribution::Staged { call, .. } => {
                 return Err(CollectiveError::Staged {
                     rank: me,
                     reason: format!(
-                        "staged for call {call} of the window, but this is call {}: \
-                         another collective came between staging and reducing",
+                        "staged for call {call} of the window, but this is call {} \
+                         (or the window moved): another collective came between \
+                         staging and reducing",
                         w.published
                     ),
                 })
