@@ -216,9 +216,10 @@ impl HostBuffer {
     }
 
     /// The elements' bytes in memory (native byte order), for transports
-    /// that move a buffer whatever its dtype. A bool buffer's bytes must
-    /// stay 0 or 1.
-    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+    /// that move a buffer whatever its dtype. Crate-private: a bool
+    /// buffer's bytes must stay 0 or 1, which only callers that write
+    /// another bool buffer's bytes (or a summable dtype's) can promise.
+    pub(crate) fn as_bytes_mut(&mut self) -> &mut [u8] {
         fn raw<T>(v: &mut [T]) -> &mut [u8] {
             // SAFETY: every dtype here is plain old data, so its memory may
             // be viewed as bytes; the length is the slice's size in bytes.

@@ -606,11 +606,11 @@ impl Communicator for OffersMemory {
         *memory = vec![f32::NAN; len];
         self.staged.fetch_add(1, Ordering::SeqCst);
         let n = self.staged.load(Ordering::SeqCst) as u64;
-        Ok(Some(nitro_device::collective::Staged::new(
-            memory.as_mut_ptr().cast(),
-            len * 4,
-            n,
-        )))
+        // SAFETY: the vector lives in `self` and is not touched until the
+        // staged all-reduce reads it.
+        Ok(Some(unsafe {
+            nitro_device::collective::Staged::new(memory.as_mut_ptr().cast(), len * 4, n)
+        }))
     }
     fn all_reduce_sum_staged(
         &self,

@@ -154,7 +154,13 @@ unsafe impl Sync for Staged {}
 impl Staged {
     /// A staging area of `bytes` bytes at `ptr` for the transport's call
     /// `call`.
-    pub fn new(ptr: *mut u8, bytes: usize, call: u64) -> Staged {
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `bytes` bytes, from any thread of
+    /// the process, until the staged all-reduce has returned; and nothing
+    /// else may write there meanwhile. A program writes its contribution
+    /// there through this promise.
+    pub unsafe fn new(ptr: *mut u8, bytes: usize, call: u64) -> Staged {
         Staged { ptr, bytes, call }
     }
     /// Where the contribution goes.
@@ -172,8 +178,15 @@ impl Staged {
 }
 
 /// `buf = parts[0] ++ parts[1] ++ ...`, refusing parts whose bytes do
-/// not fill `buf` exactly.
+/// not fill `buf` exactly, and buffers of a dtype the all-reduce does not
+/// sum (whose bit patterns are not all values).
 pub fn concat_parts(parts: &[&[u8]], buf: &mut HostBuffer) -> Result<(), CollectiveError> {
+    if !summable(buf.dtype()) {
+        return Err(CollectiveError::DType {
+            op: "all_reduce_sum_parts",
+            dtype: buf.dtype(),
+        });
+    }
     let bytes = buf.as_bytes_mut();
     let total: usize = parts.iter().map(|p| p.len()).sum();
     if total != bytes.len() {

@@ -270,7 +270,11 @@ impl MpiCommunicator {
         let me = self.rank;
         Ok(self.window(op, bytes, shared)?.map(|w| {
             let which = (w.published & 1) as usize;
-            Staged::new(w.part::<u8>(me, which, bytes), bytes, w.published)
+            // SAFETY: this rank's half of its segment holds `bytes`, stays
+            // mapped for the process's life, and no peer reads it before
+            // this rank publishes call `w.published` (module doc: two
+            // halves); the communicator refuses any other call between.
+            unsafe { Staged::new(w.part::<u8>(me, which, bytes), bytes, w.published) }
         }))
     }
 
