@@ -87,6 +87,9 @@ impl Drop for MpiCommunicator {
             // hang it. The job fails anyway: exit without finalising.
             std::mem::forget(self.universe.take());
         } else {
+            // The shared window, if any, is left to MPI_Finalize and the
+            // process's exit: freeing it would wait for every rank, as
+            // finalising does right after anyway.
             // SAFETY: `comm` came from MPI_Comm_dup and is freed once.
             unsafe { ffi::MPI_Comm_free(&mut self.comm) };
         }
