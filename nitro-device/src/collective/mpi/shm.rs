@@ -48,7 +48,7 @@ use std::time::Instant;
 /// The largest buffer summed through the window (larger ones take the
 /// message path): the window holds two halves of it per rank in shared
 /// memory, which containers often cap at tens of MiB.
-pub(super) const MAX_BYTES: usize = 64 << 20;
+const MAX_BYTES: usize = 64 << 20;
 
 /// The smallest half allocated, so that the small buffers a job reduces
 /// (metrics, loss) do not each grow the window.
@@ -60,7 +60,7 @@ const HEADER: usize = 128;
 
 /// Turns the node-local path off when set to `0` (every rank must agree;
 /// they check).
-pub(super) const SHM_VAR: &str = "NITRO_COLLECTIVE_SHM";
+const SHM_VAR: &str = "NITRO_COLLECTIVE_SHM";
 
 /// The node-local path's state in a communicator.
 pub(super) enum Shared {

@@ -45,16 +45,19 @@ pub(super) fn fold(graph: &Graph, schedule: &Schedule, k: usize) -> Option<Fold>
         return None;
     };
     let (node, concat) = (&graph.nodes[*n], &graph.nodes[*c]);
-    let readers = readers(graph);
-    (matches!(node.op, Op::AllReduceSum { .. })
+    let flattens = matches!(node.op, Op::AllReduceSum { .. })
         && node.args[0] == *c
         && matches!(concat.op, Op::Concat { axis: 0 })
-        && concat.spec.shape.len() == 1
-        && readers[*c] == 1)
-        .then(|| Fold {
-            concat: *c,
-            stageable: stageable(graph, *c, &readers),
-        })
+        && concat.spec.shape.len() == 1;
+    if !flattens {
+        return None;
+    }
+    // Counted only here: every adjacent pair of single kernels asks.
+    let readers = readers(graph);
+    (readers[*c] == 1).then(|| Fold {
+        concat: *c,
+        stageable: stageable(graph, *c, &readers),
+    })
 }
 
 /// How many times each node is read (as an argument or a program output).

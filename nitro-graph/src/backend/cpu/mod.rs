@@ -275,13 +275,10 @@ impl CpuExecutable {
                     }
                     CpuKernel::Folded(_) => {}
                     CpuKernel::Collective(n, folded) => {
-                        let (src, spec) = (graph.nodes[*n].args[0], &graph.nodes[*n].spec);
-                        match plan.storage[*n] {
+                        let src = graph.nodes[*n].args[0];
+                        match own_slot(graph, plan, &ws.slots, *n) {
                             // The slot is the buffer reduced: no staging copy.
-                            Storage::Slot(s)
-                                if (ws.slots[s].dtype(), ws.slots[s].len())
-                                    == (spec.dtype, spec.numel()) =>
-                            {
+                            Some(s) => {
                                 let slot = &mut ws.slots[s];
                                 match (folded, staged.take_if(|st| st.kernel == k)) {
                                     (_, Some(st)) => collective::staged_into_slot(st, slot, comm)?,
@@ -297,7 +294,7 @@ impl CpuExecutable {
                                 }
                                 slot_raw[s].set(Raw::of(&mut ws.slots[s]));
                             }
-                            _ => {
+                            None => {
                                 if let Some(f) = folded {
                                     run_single(graph, f.concat, &raw);
                                 }
@@ -368,10 +365,7 @@ impl CpuExecutable {
         let Some((kernel, n, Some(fold))) = first else {
             return Ok(None);
         };
-        let spec = &graph.nodes[n].spec;
-        let own_slot = matches!(plan.storage[n], Storage::Slot(s)
-            if (ws.slots[s].dtype(), ws.slots[s].len()) == (spec.dtype, spec.numel()));
-        if !own_slot {
+        if own_slot(graph, plan, &ws.slots, n).is_none() {
             return Ok(None);
         }
         collective::stage(graph, plan, n, fold, comm, kernel)
@@ -384,6 +378,18 @@ impl CpuExecutable {
             Storage::Slot(i) => &ws.slots[i],
             Storage::Virtual => unreachable!("outputs are always stored"),
         }
+    }
+}
+
+/// The slot all-reduce `n` sums in, when the plan gave it one of exactly
+/// its dtype and length (else it sums through a staging buffer).
+fn own_slot(graph: &Graph, plan: &MemoryPlan, slots: &[HostBuffer], n: NodeId) -> Option<usize> {
+    let spec = &graph.nodes[n].spec;
+    match plan.storage[n] {
+        Storage::Slot(s) if (slots[s].dtype(), slots[s].len()) == (spec.dtype, spec.numel()) => {
+            Some(s)
+        }
+        _ => None,
     }
 }
 
